@@ -1,0 +1,42 @@
+"""Shard formats.  Each module offers the same small surface:
+
+* ``SUFFIX`` - the shard file suffix;
+* ``encode(key, ext, data, label, size) -> (record parts, payload offset in the record)``;
+* ``TRAILER`` - bytes that close a shard;
+* ``estimate_record_bytes(nbytes, key_bytes)`` - record size before the file is read;
+* ``parse_block(buffer, base_offset) -> iterator of Record`` - parse whole samples from a byte range;
+* ``write_sidecars(shard_path, offsets, lengths)`` - files that stock readers want beside a shard.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Record(NamedTuple):
+    """One sample parsed back from shard bytes; offsets are absolute in the shard."""
+
+    key: str
+    data: bytes
+    label: int
+    offset: int
+    length: int
+    data_offset: int
+
+
+class FormatError(ValueError):
+    """Shard bytes that do not parse; `offset` is the absolute byte offset of the problem."""
+
+    def __init__(self, offset: int, message: str):
+        super().__init__(f"byte offset {offset}: {message}")
+        self.offset = offset
+
+
+def get_format(name: str):
+    """The module implementing shard format `name` ('wds' or 'tfrecord')."""
+    if name == "wds":
+        from corgi_io.formats import wds
+        return wds
+    if name == "tfrecord":
+        from corgi_io.formats import tfrecord
+        return tfrecord
+    raise ValueError(f"unknown shard format {name!r}: expected 'wds' or 'tfrecord'")

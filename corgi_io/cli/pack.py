@@ -1,0 +1,66 @@
+"""`corgi pack SOURCE OUTPUT`: raw corpus -> block-structured shards + manifest."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import click
+
+from corgi_io import layout
+from corgi_io.cli.errors import one_line_errors
+
+UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """'512MiB', '4M', '1g', '1000' -> bytes (binary multiples)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a size such as 512MiB or 4M")
+    return int(float(match.group(1)) * UNITS[match.group(2)])
+
+
+class ByteSize(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, int) else parse_bytes(value)
+
+
+@click.command("pack")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["wds", "tfrecord"]), default="wds", show_default=True)
+@click.option("--kind", type=click.Choice(["auto", "image", "video", "text"]), default="auto", show_default=True,
+              help="Force every file to one kind instead of detecting it by extension.")
+@click.option("--labels", "labels_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A file of class names, one per line, that fixes the label ids.")
+@click.option("--block-samples", type=click.IntRange(min=1), default=layout.DEFAULT_BLOCK_SAMPLES, show_default=True,
+              help="At most this many samples per block.")
+@click.option("--block-bytes", type=ByteSize(), default=layout.DEFAULT_BLOCK_BYTES, show_default="4MiB",
+              help="Close a block before it grows past this many bytes.")
+@click.option("--shard-bytes", type=ByteSize(), default=layout.DEFAULT_SHARD_BYTES, show_default="512MiB",
+              help="Close a shard before it grows past this many bytes.")
+@click.option("--order", type=click.Choice(["shuffle", "keep"]), default="shuffle", show_default=True,
+              help="Permute samples at pack time (free), or keep the input order.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=lambda: min(8, os.cpu_count() or 1),
+              show_default="CPU count, at most 8", help="Processes that read files and probe sizes.")
+@click.option("--size-fn", help="MODULE:FUNCTION called as function(path) -> int, replacing the built-in size.")
+@click.option("--strict", is_flag=True, help="Fail on the first unreadable or corrupt file instead of skipping it.")
+@click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
+def pack_command(source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
+                 workers, size_fn, strict, overwrite):
+    """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
+    from corgi_io.pack import PackOptions, pack
+
+    label_index = None
+    if labels_file:
+        label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
+    options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
+                          block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn, label_index=label_index)
+    with one_line_errors():
+        manifest = pack(source, output, options, workers=workers, strict=strict, overwrite=overwrite)
+    click.echo(f"packed {manifest.num_samples:,} samples into {len(manifest.blocks):,} blocks and "
+               f"{len(manifest.shards)} shards in {output} ({len(manifest.skipped)} skipped)")

@@ -1,0 +1,28 @@
+"""`corgi stats DATASET`: what a pack holds, as text, JSON or a PNG histogram."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from corgi_io.cli.errors import one_line_errors
+
+
+@click.command("stats")
+@click.argument("dataset")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Also write a histogram figure to this PNG.")
+def stats_command(dataset, as_json, plot):
+    """Show counts, size distributions and block/shard balance of DATASET."""
+    from corgi_io.manifest import open_manifest
+    from corgi_io.stats import plot as plot_sizes, render, summarize
+
+    with one_line_errors():
+        manifest = open_manifest(dataset)
+        summary = summarize(manifest)
+        if plot:
+            try:
+                plot_sizes(manifest, plot)
+            except RuntimeError as exc:
+                raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(summary, indent=1) if as_json else render(summary))

@@ -1,0 +1,224 @@
+"""The pack pipeline: corpus -> order -> layout -> parallel read and probe -> ordered shard writes -> manifest.
+
+Worker processes read files and probe their sizes; the parent writes every shard in
+the planned order, so the output is identical for any `workers`.  At most a few chunks
+per worker are in flight, so memory stays bounded however large the corpus.  Progress
+and resume state live in ``OUTPUT/.corgi-partial/`` until the manifest is written.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from corgi_io import layout
+from corgi_io.corpus import Corpus, discover
+from corgi_io.formats import get_format
+from corgi_io.manifest import HEAD_NAME, KINDS, open_manifest, save_manifest
+from corgi_io.shard_writer import ShardWriter, load_finished
+from corgi_io.sizing import BadInput, load_size_fn, probe_size
+from corgi_io.storage import write_atomic
+
+PARTIAL_DIR = ".corgi-partial"
+CHUNK = 32          # samples per task sent to a worker
+CHUNKS_AHEAD = 4    # tasks in flight per worker: bounds memory to ~workers*4*32 files
+
+
+class PackError(RuntimeError):
+    """The pack cannot proceed (strict mode hit a bad file, or OUTPUT holds something else)."""
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Everything that decides the bytes of a pack; a resumed pack must match it exactly."""
+
+    format: str = "wds"
+    kind: str = "auto"
+    order: str = "shuffle"
+    seed: int = 0
+    block_samples: int = layout.DEFAULT_BLOCK_SAMPLES
+    block_bytes: int = layout.DEFAULT_BLOCK_BYTES
+    shard_bytes: int = layout.DEFAULT_SHARD_BYTES
+    size_fn: str | None = None
+    label_index: tuple | None = None
+
+
+def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
+         overwrite: bool = False, progress: bool | None = None):
+    """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
+
+    `progress=None` shows a bar only on a terminal.  Rerunning after an interruption resumes:
+    finished shards are kept, the rest rewritten.
+    """
+    fmt = get_format(options.format)
+    if options.order not in ("shuffle", "keep"):
+        raise ValueError(f"order must be 'shuffle' or 'keep', not {options.order!r}")
+    size_fn = load_size_fn(options.size_fn) if options.size_fn else None
+    corpus = discover(source, options.kind, options.label_index)
+    output = Path(output)
+    identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()),
+                                          corpus=corpus.fingerprint())))  # as it reads back from JSON
+    if _prepare_output(output, identity, overwrite):
+        return open_manifest(output)
+    partial = output / PARTIAL_DIR
+    partial.mkdir(exist_ok=True)
+    write_atomic(partial / "plan.json", json.dumps(identity).encode())
+
+    order = np.random.default_rng(options.seed).permutation(len(corpus)) if options.order == "shuffle" \
+        else np.arange(len(corpus))
+    key_bytes = np.array([len(corpus.keys[i].encode()) for i in order], dtype=np.int64)
+    estimates = fmt.estimate_record_bytes(np.array(corpus.nbytes, dtype=np.int64)[order], key_bytes)
+    plan = layout.plan_layout(estimates, options.block_bytes, options.block_samples, options.shard_bytes)
+    block_of = np.repeat(np.arange(len(plan.block_starts)), np.diff(np.append(plan.block_starts, len(order))))
+    labels = corpus.label_ids()
+
+    shard_names = [f"shard-{i:06d}{fmt.SUFFIX}" for i in range(len(plan.shard_starts))]
+    ranges = plan.shard_sample_ranges(len(order))
+    records = [load_finished(output / name, partial / f"{name}.json") for name in shard_names]
+    todo = [i for i, record in enumerate(records) if record is None]
+    tasks = ((int(p), KINDS[corpus.kinds[p]], corpus.paths[p], options.size_fn)
+             for i in todo for p in order[ranges[i][0]:ranges[i][1]])
+    total = sum(ranges[i][1] - ranges[i][0] for i in todo)
+    loaded = _ordered_map(_load, tasks, workers, size_fn)
+    with _Progress(total, progress) as bar:
+        for i in todo:
+            writer = ShardWriter(fmt, output / shard_names[i], partial / f"{shard_names[i]}.json")
+            try:
+                for position in range(*ranges[i]):
+                    p, data, size, reason = next(loaded)
+                    if reason is None:
+                        writer.add(position, int(block_of[position]), corpus.keys[p], corpus.exts[p], data, int(labels[p]), size)
+                    elif strict:
+                        raise PackError(f"{corpus.paths[p]}: {reason}")
+                    else:
+                        writer.skip(corpus.relpaths[p], reason)
+                        bar.warn(f"skipped {corpus.paths[p]}: {reason}")
+                    bar.advance(len(data) if data else 0)
+            except BaseException:
+                writer.abort()
+                loaded.close()
+                raise
+            records[i] = writer.finish()
+    head = {"format": options.format, "options": identity, "labels": corpus.labels,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _write_manifest(output, head, corpus, order, labels, shard_names, records)
+    shutil.rmtree(partial)
+    return open_manifest(output)
+
+
+def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
+    """Check OUTPUT against this pack's identity; True when an identical finished pack is already there."""
+    head_path, plan_path = output / HEAD_NAME, output / PARTIAL_DIR / "plan.json"
+    previous = None
+    if head_path.exists():
+        previous = json.loads(head_path.read_bytes()).get("options")
+        if previous == identity and not overwrite:
+            return True
+    elif plan_path.exists():
+        previous = json.loads(plan_path.read_bytes())
+        if previous == identity and not overwrite:
+            return False  # resume
+    elif output.exists() and any(output.iterdir()) and not overwrite:
+        raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
+    if previous is not None and not overwrite:
+        changed = sorted(k for k in identity if identity.get(k) != previous.get(k))
+        raise PackError(f"{output}: holds a pack made with different {', '.join(changed)}; pass --overwrite to replace it")
+    if overwrite:
+        for stale in [head_path, output / "manifest.npz", *output.glob("shard-*")]:
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(output / PARTIAL_DIR, ignore_errors=True)
+    output.mkdir(parents=True, exist_ok=True)
+    return False
+
+
+def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, shard_names, records) -> None:
+    columns = {name: np.concatenate([np.asarray(r[name], dtype=np.int64) for r in records])
+               for name in ("index", "block", "offset", "length", "data_offset", "size", "crc32")}
+    source = order[columns["index"]]
+    counts = [len(r["offset"]) for r in records]
+    shard = np.repeat(np.arange(len(records)), counts)
+    samples = dict(label=labels[source], kind=np.asarray(corpus.kinds)[source],
+                   bytes=np.asarray(corpus.nbytes, dtype=np.int64)[source], size=columns["size"], shard=shard,
+                   offset=columns["offset"], length=columns["length"], data_offset=columns["data_offset"],
+                   crc32=columns["crc32"])
+    # a block is a run of written samples that share a planned block (skips may empty or shrink one)
+    first = np.flatnonzero(np.diff(columns["block"], prepend=-1) != 0) if len(source) else np.zeros(0, np.int64)
+    count = np.diff(np.append(first, len(source)))
+    last = first + count - 1
+    blocks = dict(shard=shard[first], offset=columns["offset"][first],
+                  length=columns["offset"][last] + columns["length"][last] - columns["offset"][first],
+                  first=first, count=count, size_sum=np.add.reduceat(columns["size"], first) if len(first) else first)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
+    head["shards"] = [{"path": name, "bytes": r["bytes"], "first_sample": int(s), "samples": c}
+                      for name, r, s, c in zip(shard_names, records, starts, counts)]
+    head["skipped"] = corpus.skipped + [s for r in records for s in r["skipped"]]
+    save_manifest(output, head, samples, blocks, [corpus.keys[i] for i in source])
+
+
+def _load(task, size_fn):
+    """Read one file and probe its size: (corpus index, bytes, size, None) or (index, None, None, reason)."""
+    index, kind, path, _ = task
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return index, data, probe_size(kind, path, data, size_fn), None
+    except BadInput as exc:
+        return index, None, None, str(exc)
+    except OSError as exc:
+        return index, None, None, f"unreadable: {exc.strerror or exc}"
+
+
+def _load_chunk(chunk):
+    size_fn = load_size_fn(chunk[0][3]) if chunk[0][3] else None
+    return [_load(task, size_fn) for task in chunk]
+
+
+def _ordered_map(function, tasks, workers: int, size_fn):
+    """Results of `function` over `tasks` in order; with workers > 1, from a bounded process pool."""
+    if workers <= 1:
+        for task in tasks:
+            yield function(task, size_fn)
+        return
+    chunks = iter(lambda: list(islice(tasks, CHUNK)), [])
+    with ProcessPoolExecutor(workers) as pool:
+        pending = deque(pool.submit(_load_chunk, c) for c in islice(chunks, workers * CHUNKS_AHEAD))
+        while pending:
+            results = pending.popleft().result()
+            for chunk in islice(chunks, 1):
+                pending.append(pool.submit(_load_chunk, chunk))
+            yield from results
+
+
+class _Progress:
+    """A tqdm bar counting samples, with MB/s; silent off a terminal unless forced."""
+
+    def __init__(self, total: int, enabled):
+        self.bar = tqdm(total=total, unit="sample", unit_scale=True, desc="pack",
+                        disable=None if enabled is None else not enabled, dynamic_ncols=True)
+        self.bytes, self.start, self.shown = 0, time.perf_counter(), 0.0
+
+    def advance(self, nbytes: int) -> None:
+        self.bytes += nbytes
+        self.bar.update(1)
+        now = time.perf_counter()
+        if now - self.shown > 0.5:
+            self.shown = now
+            self.bar.set_postfix_str(f"{self.bytes / 1e6 / max(now - self.start, 1e-9):.1f} MB/s", refresh=False)
+
+    def warn(self, message: str) -> None:
+        tqdm.write(f"corgi pack: warning: {message}", file=sys.stderr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
