@@ -1,0 +1,249 @@
+"""Ranged reads of shard files in place, plus atomic writes for pack output.
+
+The loader reads each block with one `read_range`; the manifest holds every
+offset and size, so nothing is listed or stat'ed per sample. Local paths (and
+Lustre) use os.pread on cached descriptors; other URLs use fsspec range reads
+with bounded retries. A read returns exactly the bytes asked for or raises
+StorageError naming file and offset. `reads`/`bytes_read` let tests count reads.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import OrderedDict
+from urllib.parse import urlsplit
+
+import aiohttp
+import fsspec.core
+
+class StorageError(OSError):
+    """A read that failed or came back short; the message names the file and offset."""
+
+
+def open_storage(root: str, *, retries: int = 4, backoff: float = 0.1, **storage_options) -> Storage:
+    """LocalStorage for a path or file:// URL, else FsspecStorage (retries, fsspec options)."""
+    root = os.fspath(root)
+    if "://" not in root:
+        return LocalStorage(root)
+    parts = urlsplit(root)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"{root}: file:// URL with a remote host is not supported")
+        return LocalStorage(parts.path)
+    return FsspecStorage(root, retries=retries, backoff=backoff, **storage_options)
+
+
+class Storage:
+    """Root, counters, and the pid owning cached handles: a new process (a forked
+    DataLoader worker, or an unpickled copy) rebuilds its handles on first use."""
+
+    def __init__(self, root: str):
+        self.root = root.rstrip("/") or "/"
+        self.reads = self.bytes_read = 0
+        self._pid = os.getpid()
+
+    def url(self, relpath: str) -> str:
+        """Full path or URL of `relpath` under the root, as named in errors."""
+        return f"{self.root.rstrip('/')}/{relpath.lstrip('/')}"
+
+    def _start_read(self, offset: int, length: int) -> bool:
+        """Validate a range and count it; False for an empty read, which touches nothing."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"bad range: offset={offset} length={length}")
+        if length:
+            self.reads += 1
+            self.bytes_read += length
+        return length > 0
+
+    def _forked(self) -> bool:
+        """True, once, when first used in a process other than the last one."""
+        pid, self._pid = self._pid, os.getpid()
+        return pid != self._pid
+
+    def close(self) -> None:
+        """Release cached handles; the object stays usable and reopens on demand."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalStorage(Storage):
+    """POSIX files (local disk, NFS, Lustre) read with os.pread on cached descriptors.
+
+    pread takes the offset, so no per-read open, seek or stat. At most `max_open`
+    stay open (LRU). Each process opens its own: a forked descriptor shares the
+    kernel readahead state, so workers reading different blocks would defeat it.
+    """
+
+    def __init__(self, root: str, *, max_open: int = 64, fadvise: bool = True):
+        super().__init__(os.path.abspath(os.path.expanduser(root)))
+        self.max_open, self.fadvise = max_open, fadvise
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    def _fd(self, path: str) -> int:
+        if self._forked():
+            self.close()  # closes the inherited copies only; the parent's stay open
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        fd = os.open(path, os.O_RDONLY)  # non-inheritable across exec (PEP 446)
+        if self.fadvise and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # blocks are long runs
+        self._fds[path] = fd
+        while len(self._fds) > self.max_open:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def read_range(self, relpath: str, offset: int, length: int) -> bytes:
+        """Exactly `length` bytes at `offset`; StorageError on a short read or I/O error."""
+        path = self.url(relpath)
+        fd = self._fd(path)
+        if not self._start_read(offset, length):
+            return b""
+        chunks, got = [], 0
+        while got < length:
+            try:
+                chunk = os.pread(fd, length - got, offset + got)
+            except OSError as e:
+                raise StorageError(f"{path}: read failed at offset {offset + got}: {e.strerror}") from e
+            if not chunk:
+                raise StorageError(f"{path}: short read at offset {offset}: "
+                                   f"file ends at {offset + got}, wanted {length} bytes")
+            chunks.append(chunk)
+            got += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def read_all(self, relpath: str) -> bytes:
+        """The whole file (manifest, index sidecars); not counted in `reads`."""
+        with open(self.url(relpath), "rb") as f:
+            return f.read()
+
+    def size(self, relpath: str) -> int:
+        return os.stat(self.url(relpath)).st_size
+
+    def exists(self, relpath: str) -> bool:
+        return os.path.exists(self.url(relpath))
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+    def __getstate__(self):
+        return {**self.__dict__, "_fds": OrderedDict()}
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a retry may help: network trouble or HTTP 5xx/408/429, never a missing file."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return exc.status >= 500 or exc.status in (408, 429)
+    if isinstance(exc, (StorageError, FileNotFoundError, PermissionError, IsADirectoryError)):
+        return False
+    return isinstance(exc, (OSError, asyncio.TimeoutError, aiohttp.ClientError))
+
+
+class FsspecStorage(Storage):
+    """Any fsspec URL; a block is one ranged `fs.cat_file(path, start, end)`.
+
+    Transient errors are retried `retries` times, sleeping `backoff` s, doubling,
+    then raised as StorageError naming URL and offset; `retried` counts retries.
+    """
+
+    def __init__(self, root: str, *, retries: int = 4, backoff: float = 0.1, **storage_options):
+        super().__init__(root)
+        self.retries, self.backoff, self.retried = retries, backoff, 0
+        self.storage_options = storage_options
+        self._fs = self._root_path = None
+        self._connect()  # a bad URL or a missing driver fails here, not at the first read
+
+    def _connect(self):
+        """Build the filesystem on first use and after fork, so no session or loop is shared."""
+        if self._forked() or self._fs is None:
+            try:
+                self._fs, self._root_path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            except ImportError as e:
+                if urlsplit(self.root).scheme in ("hdfs", "arrow_hdfs"):
+                    raise ImportError(f"{self.root}: hdfs:// needs pyarrow and a Hadoop client "
+                                      "(libhdfs): pip install 'corgi-io[hdfs]'; see docs/operations.md") from e
+                raise
+        return self._fs
+
+    def _call(self, what: str, relpath: str, offset: int | None, method: str, *args, **kwargs):
+        """fs.<method>(path, ...) with bounded retries; a one-line StorageError when it gives up."""
+        where = self.url(relpath) + ("" if offset is None else f" at offset {offset}")
+        self._connect()
+        path, delay = f"{self._root_path.rstrip('/')}/{relpath.lstrip('/')}", self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                return getattr(self._connect(), method)(path, *args, **kwargs)
+            except (FileNotFoundError, PermissionError):
+                raise
+            except Exception as e:
+                if not _transient(e) or attempt == self.retries:
+                    tries = f" after {attempt + 1} attempts" if attempt else ""
+                    raise StorageError(f"{where}: {what} failed{tries}: {type(e).__name__}: {e}") from e
+            self.retried += 1
+            time.sleep(delay)
+            delay *= 2
+
+    def read_range(self, relpath: str, offset: int, length: int) -> bytes:
+        """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""
+        if not self._start_read(offset, length):
+            return b""
+        data = self._call("read", relpath, offset, "cat_file", start=offset, end=offset + length)
+        if len(data) != length:  # a short file, or a server that ignored the Range header
+            kind = "short read" if len(data) < length else "range ignored"
+            raise StorageError(f"{self.url(relpath)}: {kind} at offset {offset}: got {len(data)} of {length} bytes")
+        return data
+
+    def read_all(self, relpath: str) -> bytes:
+        """The whole file (manifest, index sidecars); not counted in `reads`."""
+        return self._call("read", relpath, None, "cat_file")
+
+    def size(self, relpath: str) -> int:
+        return self._call("size", relpath, None, "size")
+
+    def exists(self, relpath: str) -> bool:
+        return self._call("exists", relpath, None, "exists")
+
+    def close(self) -> None:
+        self._fs = None
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, mode: str = "wb"):
+    """Write a local file so readers see the old file or the whole new one, never a part.
+
+    Writes `.<name>.tmp-<pid>` beside it, fsyncs, os.replace()s, fsyncs the
+    directory. On an exception the temp file is removed and `path` is untouched.
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_output mode must be 'wb' or 'w', not {mode!r}")
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)  # make the rename itself durable
+    finally:
+        os.close(dfd)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Atomically replace `path` with `data` (see atomic_output)."""
+    with atomic_output(path, "wb") as f:
+        f.write(data)

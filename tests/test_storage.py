@@ -1,0 +1,219 @@
+"""Storage: exact ranged reads (local and real HTTP via nginx), errors, retries, atomic writes."""
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import functools
+import http.server
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from corgi_io.storage import (FsspecStorage, LocalStorage, StorageError, atomic_output,
+                              open_storage, write_atomic)
+from http_server import NginxServer, free_port
+
+DATA = random.Random(0).randbytes(300_000)
+
+
+def random_ranges(n: int, size: int, seed: int = 1):
+    rng = random.Random(seed)
+    for _ in range(n):
+        offset = rng.randrange(size)
+        yield offset, rng.randrange(size - offset + 1)
+
+
+@pytest.fixture
+def local(tmp_path):
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.tar").write_bytes(DATA)
+    with LocalStorage(str(tmp_path)) as storage:
+        yield storage
+
+
+def test_open_storage_picks_backend(tmp_path):
+    assert isinstance(open_storage(str(tmp_path)), LocalStorage)
+    assert open_storage(f"file://{tmp_path}").root == str(tmp_path)
+    assert isinstance(open_storage("http://127.0.0.1:1/data/"), FsspecStorage)
+
+
+def test_hdfs_without_pyarrow_names_the_extra():
+    pytest.importorskip("fsspec.implementations.arrow")
+    try:
+        import pyarrow  # noqa: F401
+        pytest.skip("pyarrow is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match=r"corgi-io\[hdfs\]"):
+        open_storage("hdfs://namenode:8020/data/imagenet-corgi")
+
+
+def test_local_read_range_exact(local):
+    for offset, length in random_ranges(200, len(DATA)):
+        assert local.read_range("shards/a.tar", offset, length) == DATA[offset:offset + length]
+    assert local.read_all("shards/a.tar") == DATA
+    assert local.size("shards/a.tar") == len(DATA)
+    assert local.exists("shards/a.tar") and not local.exists("shards/b.tar")
+
+
+def test_local_counts_reads_and_keeps_one_descriptor(local):
+    for i in range(10):
+        local.read_range("shards/a.tar", i * 1000, 500)
+    local.read_range("shards/a.tar", 5, 0)  # empty: touches nothing
+    assert (local.reads, local.bytes_read) == (10, 5000)
+    assert len(local._fds) == 1
+
+
+def test_local_short_read_names_file_and_offset(local):
+    with pytest.raises(StorageError, match=r"shards/a\.tar: short read at offset 299990: "
+                                           r"file ends at 300000, wanted 20 bytes"):
+        local.read_range("shards/a.tar", len(DATA) - 10, 20)
+    with pytest.raises(FileNotFoundError):
+        local.read_range("shards/missing.tar", 0, 1)
+
+
+def test_local_descriptor_cache_is_bounded(tmp_path):
+    for i in range(5):
+        (tmp_path / f"{i}.bin").write_bytes(bytes([i]) * 10)
+    storage = LocalStorage(str(tmp_path), max_open=2)
+    for i in range(5):
+        assert storage.read_range(f"{i}.bin", 3, 2) == bytes([i, i])
+    assert list(storage._fds) == [str(tmp_path / "3.bin"), str(tmp_path / "4.bin")]
+
+
+def test_local_after_fork_and_pickle(local):
+    local.read_range("shards/a.tar", 0, 10)  # parent opens its descriptor first
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: must reopen, then read correct bytes
+        try:
+            ok = local.read_range("shards/a.tar", 1234, 5000) == DATA[1234:6234]
+            os.write(w, b"1" if ok and local._pid == os.getpid() else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert local.read_range("shards/a.tar", 7, 3) == DATA[7:10]  # parent's fd still fine
+    clone = pickle.loads(pickle.dumps(local))
+    assert clone._fds == {} and clone.read_range("shards/a.tar", 9, 4) == DATA[9:13]
+    clone.close()
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    target = tmp_path / "manifest.json"
+    write_atomic(target, b"old")
+    write_atomic(target, b"new contents")
+    assert target.read_bytes() == b"new contents"
+    assert os.listdir(tmp_path) == ["manifest.json"]
+    with atomic_output(tmp_path / "t.txt", "w") as f:
+        f.write("text")
+    assert (tmp_path / "t.txt").read_text() == "text"
+
+
+def test_atomic_write_on_exception_leaves_old_target_and_no_temp(tmp_path):
+    target = tmp_path / "shard-000.tar"
+    write_atomic(target, b"complete")
+    with pytest.raises(RuntimeError):
+        with atomic_output(target) as f:
+            f.write(b"partial")
+            assert os.path.exists(tmp_path / f".shard-000.tar.tmp-{os.getpid()}")
+            raise RuntimeError("writer crashed")
+    assert target.read_bytes() == b"complete"
+    assert os.listdir(tmp_path) == ["shard-000.tar"]
+    with pytest.raises(RuntimeError):
+        with atomic_output(tmp_path / "new.tar") as f:
+            raise RuntimeError
+    assert os.listdir(tmp_path) == ["shard-000.tar"]
+
+
+@pytest.fixture(scope="module")
+def remote(http_server):
+    http_server.put("ds/shards/a.tar", DATA)
+    with open_storage(http_server.url + "ds") as storage:
+        yield storage
+
+
+def test_http_serves_ranges_with_206(http_server):
+    url = http_server.put("range-check.bin", DATA)
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=10-19"})) as r:
+        assert r.status == 206 and r.read() == DATA[10:20]
+
+
+def test_http_read_range_matches_local(remote, tmp_path):
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.tar").write_bytes(DATA)
+    local = LocalStorage(str(tmp_path))
+    ranges = list(random_ranges(50, len(DATA), seed=2))
+    before = remote.reads
+    for offset, length in ranges:
+        assert remote.read_range("shards/a.tar", offset, length) == local.read_range(
+            "shards/a.tar", offset, length)
+    assert remote.reads - before == sum(1 for _, n in ranges if n)  # one request per range
+    assert remote.read_all("shards/a.tar") == DATA
+    assert remote.size("shards/a.tar") == len(DATA)
+    assert remote.exists("shards/a.tar") and not remote.exists("shards/nope.tar")
+    local.close()
+
+
+def test_http_errors_name_url_and_offset(remote):
+    with pytest.raises(FileNotFoundError, match=r"ds/shards/nope\.tar"):
+        remote.read_range("shards/nope.tar", 0, 10)
+    with pytest.raises(StorageError, match=r"a\.tar: short read at offset 299990: got 10 of 20"):
+        remote.read_range("shards/a.tar", len(DATA) - 10, 20)
+    with pytest.raises(StorageError, match=r"a\.tar at offset 400000: read failed: .*416"):
+        remote.read_range("shards/a.tar", 400_000, 10)
+    assert remote.retried == 0  # none of these is transient
+
+
+def test_server_ignoring_range_is_caught(tmp_path):
+    """Python's http.server answers a Range request with 200 and the whole file."""
+    (tmp_path / "a.bin").write_bytes(DATA)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        storage = FsspecStorage(f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(StorageError, match=r"a\.bin: range ignored at offset 5: got 300000 of 10"):
+            storage.read_range("a.bin", 5, 10)
+        server.shutdown()
+
+
+def test_http_after_fork(remote):
+    remote.read_range("shards/a.tar", 0, 10)  # parent's session and event loop exist
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if remote.read_range("shards/a.tar", 500, 1000) == DATA[500:1500] else 1)
+        except BaseException:
+            os._exit(2)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert remote.read_range("shards/a.tar", 20, 5) == DATA[20:25]
+
+
+def test_retries_with_backoff_then_names_url_and_offset():
+    storage = FsspecStorage(f"http://127.0.0.1:{free_port()}/ds", retries=3, backoff=0.05)
+    start = time.monotonic()
+    with pytest.raises(StorageError, match=r"/ds/x\.tar at offset 7: read failed after 4 attempts"):
+        storage.read_range("x.tar", 7, 10)
+    assert storage.retried == 3
+    assert time.monotonic() - start >= 0.05 + 0.1 + 0.2
+
+
+def test_retry_survives_server_restart(tmp_path):
+    """nginx goes down; the read retries and succeeds once it is back on the same port."""
+    (tmp_path / "a.bin").write_bytes(DATA)
+    with NginxServer(tmp_path) as server:
+        storage = FsspecStorage(server.url, retries=6, backoff=0.05)
+        assert storage.read_range("a.bin", 0, 100) == DATA[:100]
+        server.stop()
+        with pytest.raises(StorageError, match="after 2 attempts"):
+            FsspecStorage(server.url, retries=1, backoff=0.01).read_range("a.bin", 0, 1)
+        restart = threading.Timer(0.2, server.start)
+        restart.start()
+        assert storage.read_range("a.bin", 1000, 5000) == DATA[1000:6000]
+        restart.join()
+        assert storage.retried >= 1
