@@ -90,13 +90,14 @@ def discover(source, kind: str = "auto", label_index=None) -> Corpus:
 
 
 def _walk_folder(root: Path):
-    for dirpath, dirnames, filenames in os.walk(root):
+    top = os.path.abspath(root)
+    for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        folder = os.path.relpath(dirpath, top).replace(os.sep, "/")
+        prefix = "" if folder == "." else folder + "/"
+        label = prefix.split("/", 1)[0] or None
         for name in sorted(filenames):
-            path = os.path.join(dirpath, name)
-            rel = Path(path).relative_to(root).as_posix()
-            label = rel.split("/", 1)[0] if "/" in rel else None
-            yield path, rel, label, None
+            yield os.path.join(dirpath, name), prefix + name, label, None
 
 
 def _read_listing(listing: Path):

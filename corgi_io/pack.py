@@ -1,8 +1,8 @@
 """The pack pipeline: corpus -> order -> layout -> parallel read and probe -> ordered shard writes -> manifest.
 
-Worker processes read files and probe their sizes; the parent writes every shard in
-the planned order, so the output is identical for any `workers`.  At most a few chunks
-per worker are in flight, so memory stays bounded however large the corpus.  Progress
+Worker processes read, probe and encode whole blocks; the parent appends them to the
+shards in the planned order, so the output is identical for any `workers`.  At most a
+few blocks per worker are in flight, so memory stays bounded however large the corpus.  Progress
 and resume state live in ``OUTPUT/.corgi-partial/`` until the manifest is written.
 """
 from __future__ import annotations
@@ -24,13 +24,13 @@ from corgi_io import layout
 from corgi_io.corpus import Corpus, discover
 from corgi_io.formats import get_format
 from corgi_io.manifest import HEAD_NAME, KINDS, open_manifest, save_manifest
+from corgi_io.block_encoder import Item, encode_block
 from corgi_io.shard_writer import ShardWriter, load_finished
-from corgi_io.sizing import BadInput, load_size_fn, probe_size
+from corgi_io.sizing import load_size_fn
 from corgi_io.storage import write_atomic
 
 PARTIAL_DIR = ".corgi-partial"
-CHUNK = 32          # samples per task sent to a worker
-CHUNKS_AHEAD = 4    # tasks in flight per worker: bounds memory to ~workers*4*32 files
+BLOCKS_AHEAD = 3    # blocks in flight per worker: memory stays near workers * 3 * block bytes
 
 
 class PackError(RuntimeError):
@@ -62,7 +62,8 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     fmt = get_format(options.format)
     if options.order not in ("shuffle", "keep"):
         raise ValueError(f"order must be 'shuffle' or 'keep', not {options.order!r}")
-    size_fn = load_size_fn(options.size_fn) if options.size_fn else None
+    if options.size_fn:
+        load_size_fn(options.size_fn)  # fail before any work, not in every worker
     corpus = discover(source, options.kind, options.label_index)
     output = Path(output)
     identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()),
@@ -78,36 +79,43 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     key_bytes = np.array([len(corpus.keys[i].encode()) for i in order], dtype=np.int64)
     estimates = fmt.estimate_record_bytes(np.array(corpus.nbytes, dtype=np.int64)[order], key_bytes)
     plan = layout.plan_layout(estimates, options.block_bytes, options.block_samples, options.shard_bytes)
-    block_of = np.repeat(np.arange(len(plan.block_starts)), np.diff(np.append(plan.block_starts, len(order))))
     labels = corpus.label_ids()
 
     shard_names = [f"shard-{i:06d}{fmt.SUFFIX}" for i in range(len(plan.shard_starts))]
-    ranges = plan.shard_sample_ranges(len(order))
     records = [load_finished(output / name, partial / f"{name}.json") for name in shard_names]
-    todo = [i for i, record in enumerate(records) if record is None]
-    tasks = ((int(p), KINDS[corpus.kinds[p]], corpus.paths[p], options.size_fn)
-             for i in todo for p in order[ranges[i][0]:ranges[i][1]])
-    total = sum(ranges[i][1] - ranges[i][0] for i in todo)
-    loaded = _ordered_map(_load, tasks, workers, size_fn)
+    block_bounds = np.append(plan.block_starts, len(order))
+    shard_blocks = np.append(plan.shard_starts, len(plan.block_starts))
+    todo = [(shard, block) for shard, record in enumerate(records) if record is None
+            for block in range(shard_blocks[shard], shard_blocks[shard + 1])]
+
+    def items(block):
+        return [Item(int(q), corpus.paths[p], KINDS[corpus.kinds[p]], corpus.keys[p], corpus.exts[p], int(labels[p]))
+                for q, p in zip(range(block_bounds[block], block_bounds[block + 1]),
+                                order[block_bounds[block]:block_bounds[block + 1]])]
+
+    encoded = _ordered_map(options.format, options.size_fn, ((items(b), partial / f"block-{b}.spill") for _, b in todo),
+                           workers)
+    total = int(sum(block_bounds[b + 1] - block_bounds[b] for _, b in todo))
+    writer = None
     with _Progress(total, progress) as bar:
-        for i in todo:
-            writer = ShardWriter(fmt, output / shard_names[i], partial / f"{shard_names[i]}.json")
-            try:
-                for position in range(*ranges[i]):
-                    p, data, size, reason = next(loaded)
-                    if reason is None:
-                        writer.add(position, int(block_of[position]), corpus.keys[p], corpus.exts[p], data, int(labels[p]), size)
-                    elif strict:
-                        raise PackError(f"{corpus.paths[p]}: {reason}")
-                    else:
-                        writer.skip(corpus.relpaths[p], reason)
-                        bar.warn(f"skipped {corpus.paths[p]}: {reason}")
-                    bar.advance(len(data) if data else 0)
-            except BaseException:
+        try:
+            for (shard, block_index), block in zip(todo, encoded):
+                if writer is None:
+                    writer = ShardWriter(fmt, output / shard_names[shard], partial / f"{shard_names[shard]}.json")
+                for position, path, reason in block.skipped:
+                    if strict:
+                        raise PackError(f"{path}: {reason}")
+                    bar.warn(f"skipped {path}: {reason}")
+                    writer.skip(corpus.relpaths[order[position]], reason)
+                writer.add_block(block_index, block)
+                bar.advance(int(block_bounds[block_index + 1] - block_bounds[block_index]), block.payload_bytes)
+                if block_index + 1 == shard_blocks[shard + 1]:
+                    records[shard], writer = writer.finish(), None
+        except BaseException:
+            if writer is not None:
                 writer.abort()
-                loaded.close()
-                raise
-            records[i] = writer.finish()
+            encoded.close()
+            raise
     head = {"format": options.format, "options": identity, "labels": corpus.labels,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _write_manifest(output, head, corpus, order, labels, shard_names, records)
@@ -142,8 +150,8 @@ def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
 
 def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, shard_names, records) -> None:
     columns = {name: np.concatenate([np.asarray(r[name], dtype=np.int64) for r in records])
-               for name in ("index", "block", "offset", "length", "data_offset", "size", "crc32")}
-    source = order[columns["index"]]
+               for name in ("position", "block", "offset", "length", "data_offset", "size", "crc32")}
+    source = order[columns["position"]]
     counts = [len(r["offset"]) for r in records]
     shard = np.repeat(np.arange(len(records)), counts)
     samples = dict(label=labels[source], kind=np.asarray(corpus.kinds)[source],
@@ -164,38 +172,26 @@ def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, sha
     save_manifest(output, head, samples, blocks, [corpus.keys[i] for i in source])
 
 
-def _load(task, size_fn):
-    """Read one file and probe its size: (corpus index, bytes, size, None) or (index, None, None, reason)."""
-    index, kind, path, _ = task
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        return index, data, probe_size(kind, path, data, size_fn), None
-    except BadInput as exc:
-        return index, None, None, str(exc)
-    except OSError as exc:
-        return index, None, None, f"unreadable: {exc.strerror or exc}"
+def _ordered_map(format_name: str, size_fn_spec, blocks, workers: int):
+    """Encoded blocks in order, from (items, spill path) pairs.
 
-
-def _load_chunk(chunk):
-    size_fn = load_size_fn(chunk[0][3]) if chunk[0][3] else None
-    return [_load(task, size_fn) for task in chunk]
-
-
-def _ordered_map(function, tasks, workers: int, size_fn):
-    """Results of `function` over `tasks` in order; with workers > 1, from a bounded process pool."""
+    With workers > 1 a process pool encodes them, spilling each block to its spill path,
+    with a bounded number of blocks in flight; with one worker they are encoded in memory.
+    """
     if workers <= 1:
-        for task in tasks:
-            yield function(task, size_fn)
+        for items, _ in blocks:
+            yield encode_block(format_name, size_fn_spec, items)
         return
-    chunks = iter(lambda: list(islice(tasks, CHUNK)), [])
     with ProcessPoolExecutor(workers) as pool:
-        pending = deque(pool.submit(_load_chunk, c) for c in islice(chunks, workers * CHUNKS_AHEAD))
+        def submit(items, spill_path):
+            return pool.submit(encode_block, format_name, size_fn_spec, items, str(spill_path))
+
+        pending = deque(submit(*block) for block in islice(blocks, workers * BLOCKS_AHEAD))
         while pending:
-            results = pending.popleft().result()
-            for chunk in islice(chunks, 1):
-                pending.append(pool.submit(_load_chunk, chunk))
-            yield from results
+            block = pending.popleft().result()
+            for next_block in islice(blocks, 1):
+                pending.append(submit(*next_block))
+            yield block
 
 
 class _Progress:
@@ -206,9 +202,9 @@ class _Progress:
                         disable=None if enabled is None else not enabled, dynamic_ncols=True)
         self.bytes, self.start, self.shown = 0, time.perf_counter(), 0.0
 
-    def advance(self, nbytes: int) -> None:
+    def advance(self, samples: int, nbytes: int) -> None:
         self.bytes += nbytes
-        self.bar.update(1)
+        self.bar.update(samples)
         now = time.perf_counter()
         if now - self.shown > 0.5:
             self.shown = now

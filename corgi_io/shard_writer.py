@@ -1,4 +1,4 @@
-"""Writing one shard: records in order, byte offsets and checksums noted, renamed into place when whole.
+"""Writing one shard: encoded blocks appended in order, renamed into place only when whole.
 
 The shard is written under a temporary name; on `finish` its resume record (the
 per-sample offsets, sizes and CRCs) is saved, then the shard is renamed to its final
@@ -9,38 +9,53 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
+import shutil
 from pathlib import Path
 
+from corgi_io.block_encoder import EncodedBlock
 from corgi_io.storage import write_atomic
 
-COLUMNS = ("index", "block", "offset", "length", "data_offset", "size", "crc32")
+COLUMNS = ("position", "block", "offset", "length", "data_offset", "size", "crc32")
 
 
 class ShardWriter:
-    """Appends encoded samples to one shard file of a given format."""
+    """Appends encoded blocks to one shard file of a given format."""
 
     def __init__(self, fmt, path: Path, resume_path: Path):
         self.fmt, self.path, self.resume_path = fmt, Path(path), Path(resume_path)
         self.temp_path = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        self.file = open(self.temp_path, "wb", buffering=1 << 20)
+        self.file = open(self.temp_path, "wb", buffering=0)
         self.position = 0
         self.columns = {name: [] for name in COLUMNS}
         self.skipped = []
 
-    def add(self, index: int, block: int, key: str, ext: str, data: bytes, label: int, size: int) -> None:
-        """Append sample `index` (its place in the packing order) of planned block `block`."""
-        parts, data_offset = self.fmt.encode(key, ext, data, label, size)
-        crc, length = 0, 0
-        for part in parts:
-            self.file.write(part)
-            crc = zlib.crc32(part, crc)
-            length += len(part)
-        for name, value in zip(COLUMNS, (index, block, self.position, length, self.position + data_offset, size, crc)):
-            self.columns[name].append(value)
-        self.position += length
+    def add_block(self, block_index: int, block: EncodedBlock) -> None:
+        """Append planned block `block_index`, turning its relative offsets into shard offsets."""
+        base = self.position
+        size = self._append_spill(block.spill_path) if block.spill_path else self.file.write(block.data)
+        self.columns["position"] += block.position
+        self.columns["block"] += [block_index] * len(block.position)
+        self.columns["offset"] += [base + o for o in block.offset]
+        self.columns["data_offset"] += [base + o for o in block.data_offset]
+        for name in ("length", "size", "crc32"):
+            self.columns[name] += getattr(block, name)
+        self.position += size
+
+    def _append_spill(self, spill_path: str) -> int:
+        """Append a spilled block with copy_file_range (no trip through Python), then delete it."""
+        with open(spill_path, "rb") as spill:
+            remaining = total = os.fstat(spill.fileno()).st_size
+            try:
+                while remaining:
+                    remaining -= os.copy_file_range(spill.fileno(), self.file.fileno(), remaining)
+            except OSError:  # a filesystem without copy_file_range: copy through user space
+                spill.seek(total - remaining)
+                shutil.copyfileobj(spill, self.file, 1 << 20)
+        os.unlink(spill_path)
+        return total
 
     def skip(self, relpath: str, reason: str) -> None:
+        """Note a file of this shard that could not be packed (kept in the manifest)."""
         self.skipped.append({"path": relpath, "reason": reason})
 
     def finish(self) -> dict:

@@ -1,0 +1,26 @@
+"""Where this process stands in distributed training: rank, world size and DataLoader worker."""
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch.utils.data import get_worker_info
+
+
+def rank_and_world(rank=None, world_size=None) -> tuple:
+    """(rank, world_size) from an initialised torch.distributed group, else the arguments, else (0, 1)."""
+    if dist.is_available() and dist.is_initialized():
+        found = dist.get_rank(), dist.get_world_size()
+        if (rank is not None and rank != found[0]) or (world_size is not None and world_size != found[1]):
+            raise ValueError(f"rank={rank}, world_size={world_size} disagree with torch.distributed "
+                             f"(rank {found[0]} of {found[1]})")
+        return found
+    rank = 0 if rank is None else int(rank)
+    world_size = 1 if world_size is None else int(world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world_size {world_size}")
+    return rank, world_size
+
+
+def worker_and_count() -> tuple:
+    """(worker id, number of workers) of the current DataLoader worker; (0, 1) in the main process."""
+    info = get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
