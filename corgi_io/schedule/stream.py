@@ -1,0 +1,105 @@
+"""A worker's whole epoch as a pure plan: which pieces to read, what to yield.
+
+``buffer_plan`` yields ``(pieces, order)`` pairs. The loader reads ``pieces``
+(one ranged read each), then yields the samples whose global ids are listed in
+``order``, in that order. An id in ``order`` may belong to a piece read for an
+earlier buffer (window mode, carried batch remainders), so the loader keeps
+read-but-not-yet-yielded samples, keyed by id, until they are listed. An id may
+also occur twice in one worker's plan when padding repeats it (rare: padding
+normally lands on another rank), so the loader should count occurrences.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .batches import balanced_batches
+from .order import BUFFER, FULL, WINDOW, epoch_rng
+from .pieces import piece_samples
+
+SHUFFLE_MODES = ("corgipile", "block", "none", "window", "full")
+
+
+def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces: int = 16,
+                seed: int = 0, epoch: int = 0, rank: int = 0, worker: int = 0,
+                window_samples: int | None = None, sizes: np.ndarray | None = None,
+                batch_size: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(pieces_to_read, sample_ids_to_yield)`` for one worker, in order.
+
+    ``shuffle``:
+      - ``"corgipile"``: groups of ``buffer_pieces`` pieces; each group's
+        samples are permuted by a generator keyed by ``(seed, epoch, rank,
+        worker, buffer index)``. With ``batch_size`` (and ``sizes``) each
+        buffer is instead composed into size-balanced batches; the remainder
+        is carried into the next buffer, so consecutive groups of
+        ``batch_size`` in the stream are exactly the composed batches.
+      - ``"block"`` and ``"none"``: the same groups, samples in piece order.
+        (For "none", get natural order from ``assign_ranks(shuffle_blocks=False)``.)
+      - ``"window"``: one piece per buffer, samples pushed in piece order into
+        a sliding shuffle buffer of ``window_samples`` (as ``tf.data``'s
+        ``shuffle``): once full, each push first emits a uniformly chosen
+        resident sample into that slot's place; the rest drain at the end.
+      - ``"full"``: a random permutation of the worker's samples, one sample
+        (one read) per buffer.
+    """
+    pieces = np.asarray(pieces, dtype=np.int64).reshape(-1, 3)
+    if shuffle not in SHUFFLE_MODES:
+        raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
+    if batch_size is not None and (shuffle != "corgipile" or sizes is None or batch_size < 1):
+        raise ValueError("balanced batches need shuffle='corgipile', sizes and batch_size >= 1")
+    if shuffle == "window":
+        if not window_samples or window_samples < 1:
+            raise ValueError("shuffle='window' needs window_samples >= 1")
+        return _window(pieces, window_samples, epoch_rng(seed, epoch, WINDOW, rank, worker))
+    if shuffle == "full":
+        return _full(pieces, epoch_rng(seed, epoch, FULL, rank, worker))
+    if buffer_pieces < 1:
+        raise ValueError(f"buffer_pieces must be >= 1, got {buffer_pieces}")
+    if shuffle != "corgipile":
+        return ((pieces[j:j + buffer_pieces], piece_samples(pieces[j:j + buffer_pieces]))
+                for j in range(0, len(pieces), buffer_pieces))
+    return _corgipile(pieces, buffer_pieces, (seed, epoch, BUFFER, rank, worker), sizes, batch_size)
+
+
+def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
+    starts = range(0, len(pieces), buffer_pieces)
+    target = batch_size * float(sizes[piece_samples(pieces)].mean()) if batch_size and len(pieces) else 0.0
+    carry = np.zeros(0, np.int64)
+    for j, first in enumerate(starts):
+        chunk = pieces[first:first + buffer_pieces]
+        rng = epoch_rng(*key, j)
+        order = rng.permutation(piece_samples(chunk))
+        if batch_size:
+            pool = np.concatenate((carry, order))
+            order, carry = balanced_batches(pool, sizes[pool], batch_size, target, rng)
+            if first + buffer_pieces >= len(pieces):
+                order = np.concatenate((order, carry))
+        yield chunk, order
+
+
+def _window(pieces, capacity, rng):
+    buf: list[int] = []
+    for j, (blk, a, z) in enumerate(pieces.tolist()):
+        out = []
+        for x, u in zip(range(a, z), rng.random(z - a).tolist()):
+            if len(buf) < capacity:
+                buf.append(x)
+            else:
+                i = int(u * capacity)
+                out.append(buf[i])
+                buf[i] = x
+        if j == len(pieces) - 1:
+            for u in rng.random(len(buf)).tolist():
+                i = int(u * len(buf))
+                out.append(buf[i])
+                buf[i] = buf[-1]
+                buf.pop()
+        yield pieces[j:j + 1], np.array(out, dtype=np.int64)
+
+
+def _full(pieces, rng):
+    ids = piece_samples(pieces)
+    blocks = np.repeat(pieces[:, 0], pieces[:, 2] - pieces[:, 1])
+    for j in rng.permutation(len(ids)).tolist():
+        yield np.array([[blocks[j], ids[j], ids[j] + 1]], np.int64), ids[j:j + 1]
