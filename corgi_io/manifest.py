@@ -102,9 +102,11 @@ class Manifest:
         lo, hi = self.key_offsets[index], self.key_offsets[index + 1]
         return self.key_blob[lo:hi].tobytes().decode("utf-8")
 
-    def keys(self) -> list:
-        """All keys, in sample order."""
-        blob, bounds = self.key_blob.tobytes(), self.key_offsets.tolist()
+    def keys(self, start: int = 0, stop: int | None = None) -> list:
+        """The keys of samples [start, stop), decoded in one pass (all keys by default)."""
+        stop = self.num_samples if stop is None else stop
+        bounds = self.key_offsets[start:stop + 1]
+        blob, bounds = self.key_blob[bounds[0]:bounds[-1]].tobytes(), (bounds - bounds[0]).tolist()
         return [blob[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
 
     def kind_name(self, index: int) -> str:

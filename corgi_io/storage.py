@@ -80,6 +80,8 @@ class LocalStorage(Storage):
     kernel readahead state, so workers reading different blocks would defeat it.
     """
 
+    concurrent_reads = 2  # a second read in flight helps Lustre RPCs and cold disks; more costs GIL time
+
     def __init__(self, root: str, *, max_open: int = 64, fadvise: bool = True):
         super().__init__(os.path.abspath(os.path.expanduser(root)))
         self.max_open, self.fadvise = max_open, fadvise
@@ -153,6 +155,8 @@ class FsspecStorage(Storage):
     Transient errors are retried `retries` times, sleeping `backoff` s, doubling,
     then raised as StorageError naming URL and offset; `retried` counts retries.
     """
+
+    concurrent_reads = 4  # requests in flight hide network latency (bench/load.py --http)
 
     def __init__(self, root: str, *, retries: int = 4, backoff: float = 0.1, **storage_options):
         super().__init__(root)

@@ -21,7 +21,7 @@ from .distributed import rank_and_world, worker_and_count
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
-    """Samples of a pack as dicts ``{"key", "label", "size", "data"}``, CorgiPile-shuffled by default.
+    """Samples of a pack as dicts ``{"key", "label", "size", "data", "index"}``, CorgiPile-shuffled by default.
 
     `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only),
     "window" (a sliding shuffle buffer holding as many samples as `buffer_blocks` blocks),
@@ -95,11 +95,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         worker, num_workers = worker_and_count()
         reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks)
         self.last_reader = reader
-        m, s = self.manifest, self.manifest.samples
-        for index, data in reader.samples(self.plan(worker, num_workers)):
-            sample = {"key": m.key(index), "label": int(s.label[index]), "size": int(s.size[index]), "data": data}
+        for sample in reader.samples(self.plan(worker, num_workers)):
             if self.decode is not None:
-                sample["data"] = self.decode(data, sample)
+                sample["data"] = self.decode(sample["data"], sample)
             if self.transform is not None:
                 sample["data"] = self.transform(sample["data"])
             yield sample
