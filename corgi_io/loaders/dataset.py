@@ -8,16 +8,19 @@ ranged read, ahead of the consumer, and the samples come out in the plan's order
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
-from corgi_io.schedule import SHUFFLE_MODES, assign_ranks, buffer_plan, samples_per_rank, split_workers
+from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, buffer_plan, fit_cost, samples_per_rank, split_workers
 from corgi_io.storage import StorageError, open_storage
 
 from .decode import get_decoder
-from .distributed import rank_and_world, worker_and_count
+from .distributed import gather_cost_models, rank_and_world, worker_and_count
+
+_warned_static_fallback = False
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
@@ -29,15 +32,27 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     `buffer_blocks` pieces form one shuffle buffer; `prefetch_blocks` more are read ahead.
     `decode`: None (bytes), "pil", "rgb", "text" or a callable(data, sample); `transform`
     then maps the decoded data.  Every rank yields exactly `len(self)` samples per epoch.
+
+    `balance`: "count" (equal samples), "size" (equal samples and equal size sums), or
+    "dynamic" (equal samples, size budgets proportional to each rank's measured speed:
+    report steps with `observe`; ranks exchange their fits at `set_epoch`).
+    `batch_size` (corgipile only) composes size-balanced batches inside each buffer; use
+    the same batch size in the DataLoader.  `partitions` maps rank -> shard paths so a
+    rank reads only its own shards (node-local data); counts stay equal.
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
                  rank=None, world_size=None, drop_last: bool = False, decode=None, transform=None,
                  prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
-                 storage_options: dict | None = None):
+                 partitions: dict | None = None, storage_options: dict | None = None):
         super().__init__()
         if shuffle not in SHUFFLE_MODES:
             raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
+        if balance not in BALANCE_MODES:
+            raise ValueError(f"balance must be one of {BALANCE_MODES}, got {balance!r}")
+        if batch_size is not None and shuffle != "corgipile":
+            raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
+                             "shuffle='corgipile'")
         self.manifest = open_manifest(source)
         self.shuffle, self.buffer_blocks, self.seed = shuffle, int(buffer_blocks), int(seed)
         self.rank, self.world_size = rank_and_world(rank, world_size)
@@ -45,7 +60,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.decode, self.transform = get_decoder(decode), transform
         self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
         self.storage_options = storage_options or {}
+        self.block_owner = None if partitions is None else self._block_owner(partitions)
         self.epoch = 0
+        self.cost_model = None           # per-rank (a, b) agreed at the last set_epoch, for balance="dynamic"
+        self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
         self._check_shards()
@@ -65,9 +83,45 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             self._storage_pid = os.getpid()
         return self._storage
 
+    def _block_owner(self, partitions: dict):
+        """Turn {rank: [shard paths]} into one owning rank per block."""
+        import numpy as np
+
+        owner_of_shard = {}
+        for rank, paths in partitions.items():
+            for path in paths:
+                if path in owner_of_shard:
+                    raise ValueError(f"partitions: shard {path!r} is given to ranks {owner_of_shard[path]} and {rank}")
+                owner_of_shard[path] = int(rank)
+        missing = [sh.path for sh in self.manifest.shards if sh.path not in owner_of_shard]
+        if missing:
+            raise ValueError(f"partitions: shard {missing[0]!r} (and {len(missing) - 1} more) belongs to no rank")
+        shard_owner = np.array([owner_of_shard[sh.path] for sh in self.manifest.shards], dtype=np.int64)
+        return shard_owner[self.manifest.blocks.shard]
+
+    def observe(self, seconds: float, sizes) -> None:
+        """Report one training step of this rank: its wall time and the sizes of its batch (for balance="dynamic")."""
+        sizes = sizes.tolist() if hasattr(sizes, "tolist") else list(sizes)
+        for column, value in zip(self._steps, (sum(sizes), len(sizes), float(seconds))):
+            column.append(value)
+
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose block order and shuffles the next iteration uses."""
+        """Choose the epoch whose block order and shuffles the next iteration uses.
+
+        With balance="dynamic", all ranks must call it together: they exchange their fitted
+        speeds through torch.distributed.  Use DataLoader(persistent_workers=False) so that
+        workers see the new epoch.
+        """
         self.epoch = int(epoch)
+        if self.balance == "dynamic":
+            local = fit_cost(*self._steps)
+            self.cost_model = gather_cost_models(local, self.world_size)
+            self._steps = ([], [], [])
+            global _warned_static_fallback
+            if self.cost_model is None and self.world_size > 1 and not _warned_static_fallback:
+                _warned_static_fallback = True
+                warnings.warn("balance='dynamic' has no process group or no measured steps yet; "
+                              "using static size balance this epoch", stacklevel=2)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (the same on every rank)."""
@@ -76,10 +130,11 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def worker_pieces(self, worker: int, num_workers: int):
         """The pieces one DataLoader worker of this rank reads this epoch."""
         m = self.manifest
+        balance = self.balance if self.balance != "dynamic" or self.cost_model is not None else "size"
         ranks = assign_ranks(m.blocks.first, m.blocks.count, self.world_size, seed=self.seed, epoch=self.epoch,
-                             balance=self.balance, drop_last=self.drop_last,
-                             sizes=m.samples.size if self.balance != "count" else None,
-                             shuffle_blocks=self.shuffle != "none")
+                             balance=balance, drop_last=self.drop_last,
+                             sizes=m.samples.size if balance != "count" else None, cost_model=self.cost_model,
+                             partitions=self.block_owner, shuffle_blocks=self.shuffle != "none")
         return split_workers(ranks[self.rank], num_workers)[worker]
 
     def plan(self, worker: int = 0, num_workers: int = 1):

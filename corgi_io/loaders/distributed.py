@@ -24,3 +24,15 @@ def worker_and_count() -> tuple:
     """(worker id, number of workers) of the current DataLoader worker; (0, 1) in the main process."""
     info = get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def gather_cost_models(local, world_size: int):
+    """Every rank's fitted (a, b), gathered on all ranks with `all_gather_object`; None if any rank has none.
+
+    Returns None without an initialised process group (the caller falls back to static balance).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, local)
+    return None if any(g is None for g in gathered) else [list(g) for g in gathered]

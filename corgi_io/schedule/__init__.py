@@ -13,6 +13,7 @@ ids inside one block, read with one ranged read. See docs/algorithms.md.
 from .assign import BALANCE_MODES, assign_ranks, rank_time, samples_per_rank
 from .balance import rank_budgets
 from .batches import balanced_batches
+from .cost import fit_cost
 from .order import block_order, epoch_rng
 from .pieces import block_pieces, cut, merge_adjacent, piece_samples
 from .simulate import rank_batches, simulate
@@ -22,6 +23,6 @@ from .workers import split_workers, worker_counts
 __all__ = [
     "BALANCE_MODES", "SHUFFLE_MODES",
     "assign_ranks", "balanced_batches", "block_order", "block_pieces", "buffer_plan", "cut",
-    "epoch_rng", "merge_adjacent", "piece_samples", "rank_batches", "rank_budgets", "rank_time",
+    "epoch_rng", "fit_cost", "merge_adjacent", "piece_samples", "rank_batches", "rank_budgets", "rank_time",
     "samples_per_rank", "simulate", "split_workers", "worker_counts",
 ]

@@ -1,0 +1,55 @@
+"""Launched by tests/test_torchrun.py under `torchrun --nproc_per_node=2`: a tiny DDP model on CPU (gloo).
+
+Each rank trains for --epochs over a CorgiPileDataset and writes, per epoch, its step count
+and the keys it saw to OUT/rank<r>.json, so the test can check equal steps and coverage.
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from corgi_io.loaders import CorgiPileDataset
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dataset")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--balance", default="size")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=4)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    dataset = CorgiPileDataset(args.dataset, buffer_blocks=2, balance=args.balance, batch_size=args.batch_size)
+    model = DistributedDataParallel(torch.nn.Linear(1, 8))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    report = {"len": len(dataset), "epochs": []}
+    for epoch in range(args.epochs):
+        dataset.set_epoch(epoch)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=2)
+        keys, steps = [], 0
+        for batch in loader:
+            start = time.perf_counter()
+            features = torch.log1p(batch["size"].float()).unsqueeze(1)
+            loss = torch.nn.functional.cross_entropy(model(features), batch["label"].clamp(min=0) % 8)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            dataset.observe(time.perf_counter() - start, batch["size"])
+            keys += batch["key"]
+            steps += 1
+        report["epochs"].append({"steps": steps, "keys": keys, "cost_model": dataset.cost_model})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"rank{rank}.json").write_text(json.dumps(report))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
