@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from corgi_io.manifest import open_manifest, save_manifest
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import best_of  # noqa: E402
+
+from corgi_io.manifest import open_manifest, save_manifest  # noqa: E402
 
 
 def build(root: Path, n: int, per_shard: int = 10_000, block: int = 64) -> None:
@@ -48,15 +51,6 @@ def build(root: Path, n: int, per_shard: int = 10_000, block: int = 64) -> None:
     (root / "naive.json").write_text(json.dumps({k: v.tolist() for k, v in samples.items()} | {"keys": keys}))
 
 
-def best(function, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=1_000_000)
@@ -65,8 +59,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         build(root, args.samples)
-        ours = best(lambda: open_manifest(root), args.repeat)
-        naive = best(lambda: json.loads((root / "naive.json").read_bytes()), args.repeat)
+        ours = best_of(lambda: open_manifest(root), args.repeat)
+        naive = best_of(lambda: json.loads((root / "naive.json").read_bytes()), args.repeat)
         size_mb = (root / "manifest.npz").stat().st_size / 1e6
     print(f"manifest open_manifest {args.samples:,} samples {ours:.3f} s ({size_mb:.0f} MB columns, validated) "
           f"ratio {naive / ours:.1f}x vs json.loads of the same columns ({naive:.3f} s); target < 0.5 s: "

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import corpus_files, make_jpeg_corpus  # noqa: E402
+from _timing import best_of  # noqa: E402
 
 
 def run_shardwriter(files, out: Path):
@@ -45,16 +45,6 @@ def run_corgi(source: Path, out: Path, workers: int):
     pack(source, out, PackOptions(format="wds"), workers=workers, overwrite=True, progress=False)
 
 
-def best_time(function, out: Path, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        shutil.rmtree(out, ignore_errors=True)
-        start = time.perf_counter()
-        function(out)
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=3000)
@@ -72,7 +62,9 @@ def main():
         "corgi pack --workers 1": lambda out: run_corgi(source, out, 1),
         "corgi pack --workers 2": lambda out: run_corgi(source, out, 2),
     }
-    times = {name: best_time(fn, args.workdir / "out", args.repeat) for name, fn in contenders.items()}
+    out = args.workdir / "out"
+    times = {name: best_of(lambda fn=fn: fn(out), args.repeat, before=lambda: shutil.rmtree(out, ignore_errors=True))
+             for name, fn in contenders.items()}
     baseline = times["webdataset.ShardWriter"]
     print(f"# {len(files)} JPEGs, {megabytes:.1f} MB, best of {args.repeat}, warm page cache")
     for name, seconds in times.items():

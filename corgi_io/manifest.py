@@ -5,7 +5,7 @@ A pack directory holds two manifest files beside its shards:
 * ``manifest.json`` - the head: format version, shard format, creation options, label
   index, shards, skipped inputs, and the name/size of the column file.  Human-readable.
 * ``manifest.npz`` - the per-sample and per-block columns as plain numpy arrays
-  (``np.load(..., allow_pickle=False)``; never pickle).  Keys are stored as one UTF-8
+  (``np.load`` with object arrays refused: data, never code).  Keys are stored as one UTF-8
   blob plus offsets, so a million keys load as two arrays instead of a million objects.
 
 The column file is written first and the head last, both atomically, so a head on disk
