@@ -32,3 +32,54 @@ def http_server(tmp_path_factory):
 def http_root(http_server):
     """(directory, base_url): files written under directory are served at base_url + relpath."""
     return http_server.root, http_server.url
+
+
+# --- pack / formats / manifest / verify / cli tests -------------------------------------------
+
+@pytest.fixture(scope="session")
+def corgi():
+    """Run the `corgi` CLI in-process: ``corgi("pack", src, out, ...)`` -> click Result.
+
+    The result has ``exit_code``, ``stdout`` and ``stderr`` (separate streams); unexpected
+    exceptions propagate, so a traceback-worthy bug fails the test loudly.
+    """
+    from click.testing import CliRunner
+
+    from corgi_io.cli import main
+
+    def run(*args):
+        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def mixed_corpus(tmp_path_factory):
+    """(root, {relpath: Expected}): make_mixed_corpus with tricky names, built once per session."""
+    from corpus_factory import make_mixed_corpus
+
+    root = tmp_path_factory.mktemp("mixed") / "corpus"
+    return root, make_mixed_corpus(root)
+
+
+PACK_SMALL = ("--block-samples", "3", "--block-bytes", "24k", "--shard-bytes", "40k")
+
+
+@pytest.fixture(scope="session")
+def packed_mixed(mixed_corpus, tmp_path_factory, corgi):
+    """fmt -> OUTPUT of `corgi pack --workers 1 PACK_SMALL` of the mixed corpus: several shards, several blocks each.
+
+    Read-only: copy it (shutil.copytree) before damaging it.
+    """
+    root, _ = mixed_corpus
+    cache = {}
+
+    def get(fmt):
+        if fmt not in cache:
+            out = tmp_path_factory.mktemp(f"packed-{fmt}") / "pack"
+            result = corgi("pack", root, out, "--format", fmt, "--workers", "1", *PACK_SMALL)
+            assert result.exit_code == 0, result.output
+            cache[fmt] = out
+        return cache[fmt]
+
+    return get

@@ -1,0 +1,186 @@
+"""Shard formats: one block's byte range, read alone, parses to exactly that block's samples."""
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from corgi_io.formats import FormatError, get_format
+from corgi_io.manifest import open_manifest
+
+FORMATS = ["wds", "tfrecord"]
+
+
+def read_range(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    assert len(data) == length
+    return data
+
+
+def block_bytes(out: Path, m, block: int) -> tuple:
+    b = m.blocks
+    offset, length = int(b.offset[block]), int(b.length[block])
+    return read_range(out / m.shards[int(b.shard[block])].path, offset, length), offset
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_one_block_alone_parses_to_exactly_its_samples(packed_mixed, mixed_corpus, fmt):
+    root, expected = mixed_corpus
+    out = packed_mixed(fmt)
+    m = open_manifest(out)
+    b, s = m.blocks, m.samples
+    assert len(m.shards) >= 3
+    assert max(int((b.shard == i).sum()) for i in range(len(m.shards))) >= 2, "want shards of several blocks"
+    stems = {rel.rsplit(".", 1)[0]: rel for rel in expected}
+    keys = m.keys()
+    seen = []
+    for block in range(len(b)):
+        data, offset = block_bytes(out, m, block)
+        records = list(get_format(fmt).parse_block(data, offset))
+        first, count = int(b.first[block]), int(b.count[block])
+        assert [r.key for r in records] == keys[first:first + count]
+        assert [r.label for r in records] == s.label[first:first + count].tolist()
+        assert [r.offset for r in records] == s.offset[first:first + count].tolist()
+        assert [r.length for r in records] == s.length[first:first + count].tolist()
+        assert [r.data_offset for r in records] == s.data_offset[first:first + count].tolist()
+        shard_path = out / m.shards[int(b.shard[block])].path
+        for i, r in zip(range(first, first + count), records):
+            assert r.data == read_range(shard_path, r.data_offset, int(s.bytes[i]))
+            head, _, last = r.key.rpartition("/")
+            rel = stems[f"{head}/{last.replace('%2E', '.').replace('%25', '%')}"]
+            assert r.data == (root / rel).read_bytes()
+            assert m.labels[r.label] == expected[rel].label_name
+        seen += [r.key for r in records]
+    assert seen == keys
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_block_bytes_equal_the_concatenated_records(packed_mixed, fmt):
+    out = packed_mixed(fmt)
+    m = open_manifest(out)
+    for block in range(len(m.blocks)):
+        data, offset = block_bytes(out, m, block)
+        first, count = int(m.blocks.first[block]), int(m.blocks.count[block])
+        parts = [read_range(out / m.shards[int(m.samples.shard[i])].path, int(m.samples.offset[i]), int(m.samples.length[i]))
+                 for i in range(first, first + count)]
+        assert b"".join(parts) == data
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_whole_shard_parses_to_its_samples(packed_mixed, fmt):
+    out = packed_mixed(fmt)
+    m = open_manifest(out)
+    keys = m.keys()
+    for shard in m.shards:
+        data = (out / shard.path).read_bytes()
+        records = list(get_format(fmt).parse_block(data, 0))
+        assert [r.key for r in records] == keys[shard.first_sample: shard.first_sample + shard.samples]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_cut_block_raises_format_error_with_offset(packed_mixed, fmt):
+    out = packed_mixed(fmt)
+    m = open_manifest(out)
+    block = next(i for i in range(len(m.blocks)) if m.blocks.count[i] >= 2)
+    data, offset = block_bytes(out, m, block)
+    second = int(m.samples.offset[int(m.blocks.first[block]) + 1])
+    cut = data[: second - offset + 100]  # the second record is cut short
+    with pytest.raises(FormatError) as info:
+        list(get_format(fmt).parse_block(cut, offset))
+    assert second <= info.value.offset <= offset + len(cut)
+    assert f"byte offset {info.value.offset}" in str(info.value)
+
+
+def test_tfrecord_crc_damage_names_the_record_offset(packed_mixed):
+    out = packed_mixed("tfrecord")
+    m = open_manifest(out)
+    block = next(i for i in range(len(m.blocks)) if m.blocks.count[i] >= 2)
+    data, offset = block_bytes(out, m, block)
+    i = int(m.blocks.first[block]) + 1
+    for where in (int(m.samples.offset[i]) + 3, int(m.samples.data_offset[i]) + 5):  # length field, payload
+        damaged = bytearray(data)
+        damaged[where - offset] ^= 0x40
+        with pytest.raises(FormatError) as info:
+            list(get_format("tfrecord").parse_block(bytes(damaged), offset))
+        assert info.value.offset == int(m.samples.offset[i])
+
+
+def test_wds_damaged_later_header_raises_format_error(packed_mixed):
+    out = packed_mixed("wds")
+    m = open_manifest(out)
+    block = next(i for i in range(len(m.blocks)) if m.blocks.count[i] >= 2)
+    data, offset = block_bytes(out, m, block)
+    i = int(m.blocks.first[block]) + 1
+    damaged = bytearray(data)
+    damaged[int(m.samples.offset[i]) - offset + 3] ^= 0x40  # inside the member name: header checksum fails
+    with pytest.raises(FormatError) as info:
+        list(get_format("wds").parse_block(bytes(damaged), offset))
+    assert info.value.offset == int(m.samples.offset[i])
+
+
+@pytest.mark.xfail(reason="BUG: formats/wds.py parse_block opens the tar outside its try block, so a damaged "
+                          "first header raises tarfile.ReadError instead of FormatError", strict=True)
+def test_wds_damaged_first_header_raises_format_error(packed_mixed):
+    out = packed_mixed("wds")
+    m = open_manifest(out)
+    data, offset = block_bytes(out, m, 1)
+    damaged = bytearray(data)
+    damaged[3] ^= 0x40
+    try:
+        list(get_format("wds").parse_block(bytes(damaged), offset))
+    except FormatError as exc:
+        assert exc.offset == offset
+    except tarfile.TarError as exc:
+        pytest.fail(f"tarfile error escaped parse_block: {exc!r}")
+    else:
+        pytest.fail("a damaged tar header parsed")
+
+
+def test_get_format_rejects_unknown_names():
+    with pytest.raises(ValueError, match="parquet"):
+        get_format("parquet")
+
+
+ENCODE_ONE = ("import sys; sys.modules['torch'] = None\n"  # keeps the stock tfrecord package from importing torch
+              "from corgi_io.formats import get_format\n"
+              "parts, _ = get_format('tfrecord').encode('k/x', 'txt', b'payload', 1, 2)\n"
+              "print(b''.join(parts).hex())\n")
+
+
+@pytest.mark.xfail(reason="BUG: formats/tfrecord.py encode serializes the Example's feature map in an order that "
+                          "changes from process to process (protobuf upb map order), so TFRecord shards differ "
+                          "between two runs of the same pack", strict=True)
+def test_tfrecord_records_are_identical_across_processes():
+    import subprocess
+    import sys
+
+    procs = [subprocess.Popen([sys.executable, "-c", ENCODE_ONE], stdout=subprocess.PIPE, text=True) for _ in range(12)]
+    outputs = {proc.communicate()[0].strip() for proc in procs}
+    assert all(proc.returncode == 0 for proc in procs)
+    assert len(outputs) == 1, f"{len(outputs)} different encodings of the same record in 12 processes"
+
+
+@pytest.mark.xfail(reason="BUG: formats/tfrecord.py imports the `tfrecord` package, whose __init__ imports "
+                          "tfrecord.torch and so torch (~1 s) whenever torch is installed: `corgi pack/verify` "
+                          "of TFRecord packs load torch", strict=True)
+def test_tfrecord_format_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from corgi_io.formats import get_format; get_format('tfrecord'); " \
+           "assert 'torch' not in sys.modules, 'torch was imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_wds_format_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from corgi_io.formats import get_format; get_format('wds'); import corgi_io.verify; " \
+           "assert 'torch' not in sys.modules, 'torch was imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
