@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from corgi_io.cli.pack import pack_command
+from corgi_io.cli.plan import plan_command
 from corgi_io.cli.stats import stats_command
 from corgi_io.cli.verify import verify_command
 
@@ -19,5 +20,6 @@ def main():
 
 
 main.add_command(pack_command)
+main.add_command(plan_command)
 main.add_command(stats_command)
 main.add_command(verify_command)

@@ -1,0 +1,34 @@
+"""`corgi plan DATASET --world-size W`: how one epoch splits over ranks, and what that costs per step."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from corgi_io.cli.errors import one_line_errors
+
+
+@click.command("plan")
+@click.argument("dataset")
+@click.option("--world-size", type=int, required=True, help="Number of ranks (processes) that share the epoch.")
+@click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers per rank.")
+@click.option("--balance", type=click.Choice(["count", "size"]), default="count", show_default=True,
+              help="Equal sample counts only, or equal counts and equal size sums.")
+@click.option("--batch-size", type=int, help="Per-rank batch size: also simulate the synchronous steps.")
+@click.option("--epoch", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--drop-last", is_flag=True, help="Drop the tail instead of padding to equal counts.")
+@click.option("--buffer-blocks", type=int, default=16, show_default=True, help="Blocks per shuffle buffer.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+def plan_command(dataset, world_size, workers, balance, batch_size, epoch, seed, drop_last, buffer_blocks, as_json):
+    """Show per-rank samples, size sums and reads of one epoch of DATASET and, with --batch-size,
+    the per-step imbalance and simulated epoch time against count balance."""
+    from corgi_io.manifest import open_manifest
+    from corgi_io.plan_report import render, summarize
+
+    with one_line_errors():
+        m = open_manifest(dataset)
+        summary = summarize(m.blocks.first, m.blocks.count, m.samples.size, world_size, workers=workers,
+                            balance=balance, batch_size=batch_size, epoch=epoch, seed=seed, drop_last=drop_last,
+                            buffer_blocks=buffer_blocks)
+    click.echo(json.dumps({"dataset": dataset, **summary}, indent=1) if as_json else render(summary))

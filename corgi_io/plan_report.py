@@ -1,0 +1,101 @@
+"""What `corgi plan` shows: one epoch's rank assignment and its simulated synchronous steps.
+
+`summarize` computes JSON-ready data from the manifest's arrays through the pure
+planner (`corgi_io.schedule`: `assign_ranks`, `split_workers`, `simulate`); `render`
+turns it into terminal text. Nothing here reads data or imports torch.
+
+The step model is the planner's: a step lasts as long as its slowest rank, and a
+rank's step time is proportional to the size sum of its batch. Speed-ups are
+against count balance with plain CorgiPile shuffling (what DistributedSampler-style
+loaders do), so "size + batches" shows the gain of both measures together.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from corgi_io.schedule import assign_ranks, samples_per_rank, simulate, split_workers
+
+
+def summarize(block_first, block_count, sizes, world_size: int, *, workers: int = 0, balance: str = "count",
+              batch_size: int | None = None, epoch: int = 0, seed: int = 0, drop_last: bool = False,
+              buffer_blocks: int = 16) -> dict:
+    """Per-rank samples, size sums, shares and ranged reads of one epoch's plan and, with
+    ``batch_size``, the per-step imbalance and simulated epoch time of the plans in `_step_plans`."""
+    for name, value, least in (("world size", world_size, 1), ("workers", workers, 0), ("batch size", batch_size, 1),
+                               ("buffer blocks", buffer_blocks, 1), ("epoch", epoch, 0), ("seed", seed, 0)):
+        if value is not None and value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    prefix = np.concatenate(([0], np.cumsum(sizes)))
+    common = dict(seed=seed, epoch=epoch, drop_last=drop_last, sizes=sizes)
+    plans = assign_ranks(block_first, block_count, world_size, balance=balance, **common)
+    rank_size = np.array([int((prefix[p[:, 2]] - prefix[p[:, 1]]).sum()) for p in plans], np.int64)
+    n = samples_per_rank(len(sizes), world_size, drop_last)
+    total = int(rank_size.sum())
+    ranks = [{"rank": r, "samples": int((p[:, 2] - p[:, 1]).sum()), "size": int(rank_size[r]),
+              "share": float(rank_size[r] / total) if total else 0.0,
+              "pieces": sum(len(w) for w in split_workers(p, workers))} for r, p in enumerate(plans)]
+    count_plans = plans if balance == "count" else assign_ranks(block_first, block_count, world_size, **common)
+    count_size = [(prefix[p[:, 2]] - prefix[p[:, 1]]).sum() for p in count_plans]
+    summary = {
+        "samples": len(sizes), "blocks": len(block_count), "world_size": world_size, "workers": workers,
+        "balance": balance, "seed": seed, "epoch": epoch, "drop_last": drop_last,
+        "samples_per_rank": n, "padding": max(world_size * n - len(sizes), 0),
+        "dropped": max(len(sizes) - world_size * n, 0), "size_total": int(sizes.sum()), "size_read": total,
+        "ranks": ranks, "size_imbalance": _ratio(rank_size), "count_size_imbalance": _ratio(count_size),
+    }
+    if batch_size:
+        summary["steps"] = _steps(block_first, block_count, world_size, balance, batch_size,
+                                  num_workers=workers, buffer_pieces=buffer_blocks, **common)
+    return summary
+
+
+def _ratio(values) -> float:
+    """max / mean, 1.0 for an all-zero load."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.max() / values.mean()) if values.any() else 1.0
+
+
+def _step_plans(balance: str) -> list[tuple[str, str, bool]]:
+    """(name, balance, balanced batches): the count baseline, then the chosen balance without and with
+    size-balanced batches."""
+    plans = [("count", "count", False)] + ([(balance, balance, False)] if balance != "count" else [])
+    return plans + [(f"{balance} + batches", balance, True)]
+
+
+def _steps(block_first, block_count, world_size, balance, batch_size, *, sizes, seed, epoch, drop_last,
+           **stream) -> dict:
+    """One `simulate` per step plan; speed-ups relative to the first (count, plain shuffle)."""
+    rows, baseline, steps = [], None, 0
+    for name, mode, batched in _step_plans(balance):
+        sim = simulate(block_first, block_count, sizes, world_size, batch_size=batch_size, balance=mode,
+                       seed=seed, epoch=epoch, drop_last=drop_last, balanced_batches=batched, **stream)
+        baseline = sim["epoch_time"] if baseline is None else baseline
+        steps = len(sim["step_size"])
+        rows.append({"plan": name, "balance": mode, "balanced_batches": batched, **sim["step_imbalance"],
+                     "epoch_time": sim["epoch_time"],
+                     "speedup": baseline / sim["epoch_time"] if sim["epoch_time"] else 1.0})
+    return {"batch_size": batch_size, "num_steps": steps, "plans": rows}
+
+
+def render(summary: dict) -> str:
+    """Terminal text: a header, the per-rank table, the imbalance and, with batches, the step table."""
+    s = summary
+    extra = f", {s['padding']:,} padding" if s["padding"] else (f", {s['dropped']:,} dropped" if s["dropped"] else "")
+    lines = [f"{s['samples']:,} samples in {s['blocks']:,} blocks; world size {s['world_size']}, "
+             f"{s['workers']} workers per rank, balance={s['balance']}, seed {s['seed']}, epoch {s['epoch']}",
+             f"each rank reads {s['samples_per_rank']:,} samples{extra}", "",
+             f"{'rank':>6}{'samples':>12}{'size sum':>18}{'share':>9}{'pieces':>9}"]
+    for r in s["ranks"]:
+        lines.append(f"{r['rank']:>6}{r['samples']:>12,}{r['size']:>18,}{r['share']:>9.2%}{r['pieces']:>9,}")
+    lines += ["", f"size sum max/mean {s['size_imbalance']:.4f} (count balance: {s['count_size_imbalance']:.4f})"]
+    if "steps" in s:
+        st = s["steps"]
+        lines += ["", f"{st['num_steps']:,} steps of {st['batch_size']} samples per rank; step imbalance: max / mean "
+                      "over ranks of a step's batch size sums;",
+                  "epoch time: sum over steps of the slowest rank's batch size sum (time ~ size)",
+                  f"{'plan':<18}{'p50':>8}{'p95':>8}{'max':>8}{'epoch time':>16}{'vs count':>10}"]
+        for p in st["plans"]:
+            lines.append(f"{p['plan']:<18}{p['p50']:>8.3f}{p['p95']:>8.3f}{p['max']:>8.3f}"
+                         f"{p['epoch_time']:>16,.0f}{p['speedup']:>9.2f}x")
+    return "\n".join(lines)
