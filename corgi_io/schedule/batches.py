@@ -36,7 +36,9 @@ def balanced_batches(ids: np.ndarray, sizes: np.ndarray, batch_size: int, target
     slots = np.empty((m, batch_size), dtype=np.int64)
     sums, room = np.zeros(m), np.full(m, batch_size)
     for idx, x in zip(by_size.tolist(), sizes[by_size].tolist()):
-        near = np.flatnonzero((room > 0) & (sums <= sums[room > 0].min() + x))
+        lightest = sums[room > 0].min()
+        # strictly lighter than lightest + x, so two equal samples never share a batch while an emptier one has room
+        near = np.flatnonzero((room > 0) & ((sums < lightest + x) | (sums == lightest)))
         b = near[rng.integers(len(near))]
         room[b] -= 1
         slots[b, room[b]] = idx
