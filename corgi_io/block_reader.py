@@ -8,8 +8,9 @@ using the manifest's offsets (no parsing of tar or TFRecord framing on the hot p
 and yields them in the plan's order.
 
 Memory bound: the resident sample data is at most the current buffer's pieces, plus
-`prefetch_pieces` pieces read or in flight; in window mode the window itself replaces
-the buffer.  `peak_resident_bytes` records the observed maximum.
+`prefetch_pieces` pieces read or in flight; in window mode the window (as many samples
+as the buffer's blocks hold) plus the one piece being pushed through it replace the
+buffer.  `peak_resident_bytes` records the observed maximum.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class BlockReader:
         self.prefetch_pieces = max(1, prefetch_pieces)
         threads = storage.concurrent_reads if read_threads is None else read_threads
         self.read_threads = max(1, min(threads, self.prefetch_pieces))
-        self.peak_resident_bytes = 0   # max over time of (split payloads held + pieces read but not yet split)
+        self.peak_resident_bytes = 0   # max over time of (payloads held + pieces read or being read)
 
     def byte_range(self, piece) -> tuple:
         """(shard path, offset, length) of one piece: first record's start to last record's end."""
@@ -43,7 +44,7 @@ class BlockReader:
         """
         resident: dict = {}      # sample index -> sample dict, read but not yet yielded
         repeats: dict = {}       # extra listings of a resident sample
-        resident_bytes = 0
+        resident_bytes = committed_bytes = 0  # payloads held; bytes of reads submitted but not yet split
         steps = ((piece, order) for pieces, order in plan for piece in [*pieces, None])  # None: buffer complete
         ahead: deque = deque()   # (future read of a piece, or None, buffer order)
         with ThreadPoolExecutor(self.read_threads, thread_name_prefix="corgi-read") as pool:
@@ -54,14 +55,16 @@ class BlockReader:
                         if step is None:
                             break
                         piece, order = step
+                        if piece is not None:
+                            committed_bytes += self.byte_range(piece)[2]
+                            self.peak_resident_bytes = max(self.peak_resident_bytes, resident_bytes + committed_bytes)
                         ahead.append((None if piece is None else pool.submit(self._read, piece), order))
                     if not ahead:
                         return
                     future, order = ahead.popleft()
                     if future is not None:
                         piece, data = future.result()
-                        waiting = sum(len(f.result()[1]) for f, _ in ahead if f is not None and f.done())
-                        self.peak_resident_bytes = max(self.peak_resident_bytes, resident_bytes + len(data) + waiting)
+                        committed_bytes -= len(data)
                         resident_bytes += self._split(piece, data, resident, repeats)
                         continue
                     for index in order.tolist():

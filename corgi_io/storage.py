@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections import OrderedDict
 from urllib.parse import urlsplit
@@ -43,6 +44,7 @@ class Storage:
         self.root = root.rstrip("/") or "/"
         self.reads = self.bytes_read = 0
         self._pid = os.getpid()
+        self._lock = threading.Lock()  # the loader reads from several threads at once
 
     def url(self, relpath: str) -> str:
         """Full path or URL of `relpath` under the root, as named in errors."""
@@ -53,14 +55,21 @@ class Storage:
         if offset < 0 or length < 0:
             raise ValueError(f"bad range: offset={offset} length={length}")
         if length:
-            self.reads += 1
-            self.bytes_read += length
+            with self._lock:
+                self.reads += 1
+                self.bytes_read += length
         return length > 0
 
     def _forked(self) -> bool:
-        """True, once, when first used in a process other than the last one."""
+        """True, once, when first used in a process other than the last one (call under `_lock`)."""
         pid, self._pid = self._pid, os.getpid()
         return pid != self._pid
+
+    def __getstate__(self):
+        return {**self.__dict__, "_lock": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def close(self) -> None:
         """Release cached handles; the object stays usable and reopens on demand."""
@@ -76,8 +85,9 @@ class LocalStorage(Storage):
     """POSIX files (local disk, NFS, Lustre) read with os.pread on cached descriptors.
 
     pread takes the offset, so no per-read open, seek or stat. At most `max_open`
-    stay open (LRU). Each process opens its own: a forked descriptor shares the
-    kernel readahead state, so workers reading different blocks would defeat it.
+    idle descriptors stay open (LRU); one in use by a reading thread is never closed
+    under it. Each process opens its own: a forked descriptor shares the kernel
+    readahead state, so workers reading different blocks would defeat it.
     """
 
     concurrent_reads = 2  # a second read in flight helps Lustre RPCs and cold disks; more costs GIL time
@@ -85,27 +95,44 @@ class LocalStorage(Storage):
     def __init__(self, root: str, *, max_open: int = 64, fadvise: bool = True):
         super().__init__(os.path.abspath(os.path.expanduser(root)))
         self.max_open, self.fadvise = max_open, fadvise
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._fds: OrderedDict[str, list] = OrderedDict()  # path -> [fd, threads using it]
 
-    def _fd(self, path: str) -> int:
-        if self._forked():
-            self.close()  # closes the inherited copies only; the parent's stay open
-        fd = self._fds.get(path)
-        if fd is not None:
+    @contextlib.contextmanager
+    def _fd(self, path: str):
+        """A descriptor for `path`, held open while the caller reads."""
+        with self._lock:
+            if self._forked():
+                self._close_idle(0, inherited=True)  # the parent's copies stay open in the parent
+            entry = self._fds.get(path)
+            if entry is None:
+                fd = os.open(path, os.O_RDONLY)  # non-inheritable across exec (PEP 446)
+                if self.fadvise and hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # blocks are long runs
+                entry = self._fds[path] = [fd, 0]
             self._fds.move_to_end(path)
-            return fd
-        fd = os.open(path, os.O_RDONLY)  # non-inheritable across exec (PEP 446)
-        if self.fadvise and hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # blocks are long runs
-        self._fds[path] = fd
-        while len(self._fds) > self.max_open:
-            os.close(self._fds.popitem(last=False)[1])
-        return fd
+            entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                self._close_idle(self.max_open)
+
+    def _close_idle(self, keep: int, inherited: bool = False) -> None:
+        """Close least-recently-used descriptors no thread is using until at most `keep` remain."""
+        for path in list(self._fds):
+            if len(self._fds) <= keep:
+                return
+            if inherited or self._fds[path][1] == 0:
+                os.close(self._fds.pop(path)[0])
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes at `offset`; StorageError on a short read or I/O error."""
         path = self.url(relpath)
-        fd = self._fd(path)
+        with self._fd(path) as fd:
+            return self._pread(path, fd, offset, length)
+
+    def _pread(self, path: str, fd: int, offset: int, length: int) -> bytes:
         if not self._start_read(offset, length):
             return b""
         chunks, got = [], 0
@@ -133,11 +160,11 @@ class LocalStorage(Storage):
         return os.path.exists(self.url(relpath))
 
     def close(self) -> None:
-        while self._fds:
-            os.close(self._fds.popitem()[1])
+        with self._lock:
+            self._close_idle(0)
 
     def __getstate__(self):
-        return {**self.__dict__, "_fds": OrderedDict()}
+        return {**super().__getstate__(), "_fds": OrderedDict()}
 
 
 def _transient(exc: BaseException) -> bool:
@@ -167,15 +194,19 @@ class FsspecStorage(Storage):
 
     def _connect(self):
         """Build the filesystem on first use and after fork, so no session or loop is shared."""
-        if self._forked() or self._fs is None:
-            try:
-                self._fs, self._root_path = fsspec.core.url_to_fs(self.root, **self.storage_options)
-            except ImportError as e:
-                if urlsplit(self.root).scheme in ("hdfs", "arrow_hdfs"):
-                    raise ImportError(f"{self.root}: hdfs:// needs pyarrow and a Hadoop client "
-                                      "(libhdfs): pip install 'corgi-io[hdfs]'; see docs/operations.md") from e
-                raise
+        with self._lock:
+            if self._forked() or self._fs is None:
+                self._build_fs()
         return self._fs
+
+    def _build_fs(self) -> None:
+        try:
+            self._fs, self._root_path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+        except ImportError as e:
+            if urlsplit(self.root).scheme in ("hdfs", "arrow_hdfs"):
+                raise ImportError(f"{self.root}: hdfs:// needs pyarrow and a Hadoop client "
+                                  "(libhdfs): pip install 'corgi-io[hdfs]'; see docs/operations.md") from e
+            raise
 
     def _call(self, what: str, relpath: str, offset: int | None, method: str, *args, **kwargs):
         """fs.<method>(path, ...) with bounded retries; a one-line StorageError when it gives up."""

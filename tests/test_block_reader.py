@@ -128,9 +128,6 @@ def test_peak_resident_bytes_is_bounded_by_buffer_plus_prefetch(packed):
     assert largest < reader.peak_resident_bytes <= (buffer_pieces + prefetch) * largest
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: block_reader.py samples() updates peak_resident_bytes only when "
-                   "it pops a piece, never while a buffer is yielded, so the real maximum (a whole buffer "
-                   "resident plus the next buffer's pieces already read) is never recorded")
 def test_peak_resident_bytes_sees_a_full_buffer_plus_the_read_ahead(packed):
     m = open_manifest(packed)
     plan = list(buffer_plan(all_pieces(m), shuffle="block", buffer_pieces=2))
@@ -233,9 +230,6 @@ def test_closing_the_generator_explicitly_stops_reading(packed):
 
 # --- concurrent reads --------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: storage.py LocalStorage._fd is not thread-safe: BlockReader's "
-                   "read threads share it, and LRU eviction closes a descriptor another thread is about to "
-                   "pread (EBADF, or silently another shard's bytes once the number is reused)")
 def test_concurrent_reads_with_descriptor_eviction_return_the_right_bytes(packed):
     m = open_manifest(packed)
     assert len(m.shards) > 2
