@@ -6,9 +6,8 @@ pack's natural order is fully clustered: all class 0, then all class 1, ...  A s
 is trained with plain SGD (fixed learning rate) for a few epochs on the stream of each
 loader mode -- none, window, block, corgipile, full -- with the same seed and the same
 buffer memory (buffer_blocks = 10 % of the blocks; "window" holds as many samples as that
-by construction).  One more contender, "window-storage", is the tf.data /
-webdataset(shardshuffle=False) pipeline: the same sliding buffer over the pack's storage
-order (the loader's own "window" slides it over the shuffled block order instead).
+by construction; like tf.data's shuffle or webdataset's, it slides over the pack's stored
+order).
 
 Each line reports the final test accuracy (mean over --seeds training seeds, with their
 range), its difference from "full" measured in the same run, the mean label entropy per
@@ -32,36 +31,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _classification import decode_features, make_classification_corpus  # noqa: E402
 
-MODES = ("none", "window-storage", "window", "block", "corgipile", "full")
+MODES = ("none", "window", "block", "corgipile", "full")
 BASELINE = "full"
-# "window-storage" is not a loader mode: the tf.data / webdataset(shardshuffle=False) pipeline, i.e. a sliding
-# shuffle buffer of the same number of samples over the pack's storage order (the loader's "none" stream).
-# The loader's own "window" slides the same buffer over the *shuffled block order*.
-
-
-class SlidingWindow(torch.utils.data.IterableDataset):
-    """tf.data-style shuffle buffer of `capacity` samples over another dataset's stream, seeded per epoch."""
-
-    def __init__(self, dataset, capacity: int, seed: int):
-        super().__init__()
-        self.dataset, self.capacity, self.seed, self.epoch = dataset, capacity, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.dataset.set_epoch(epoch)
-
-    def __iter__(self):
-        rng = np.random.default_rng([self.seed, self.epoch, 12345])
-        buf = []
-        for sample in self.dataset:
-            if len(buf) < self.capacity:
-                buf.append(sample)
-                continue
-            i = int(rng.integers(self.capacity))
-            yield buf[i]
-            buf[i] = sample
-        rng.shuffle(buf)
-        yield from buf
 
 
 def batches(dataset, batch_size: int):
@@ -101,10 +72,8 @@ def train(root, mode: str, args, seed: int, x_test, y_test, classes: int, dim: i
     model = make_model(dim, classes, args.hidden)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
-    dataset = CorgiPileDataset(root, shuffle="none" if mode == "window-storage" else mode,
-                               buffer_blocks=args.buffer_blocks, seed=seed, decode=decode_features)
-    if mode == "window-storage":
-        dataset = SlidingWindow(dataset, args.buffer_samples, seed)
+    dataset = CorgiPileDataset(root, shuffle=mode, buffer_blocks=args.buffer_blocks, seed=seed,
+                               decode=decode_features)
     accuracies, entropies = [], []
     for epoch in range(args.epochs):
         dataset.set_epoch(epoch)
@@ -178,7 +147,7 @@ def main():
     labels = manifest.samples.label
     assert np.all(np.diff(labels) >= 0), "the pack is meant to be sorted by label"
     args.buffer_blocks = max(1, round(args.buffer_fraction * len(manifest.blocks)))
-    buffer_samples = args.buffer_samples = int(args.buffer_blocks * manifest.blocks.count.mean())
+    buffer_samples = int(args.buffer_blocks * manifest.blocks.count.mean())
     print(f"# {manifest.num_samples} training samples sorted by label ({args.classes} classes, dim {args.dim}), "
           f"{len(x_test)} test; {len(manifest.blocks)} blocks of {args.block_samples}; buffer {args.buffer_blocks} "
           f"blocks = {buffer_samples} samples ({buffer_samples / manifest.num_samples:.0%}); MLP {args.dim}-"

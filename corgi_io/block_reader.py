@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-import numpy as np
 
 from corgi_io.manifest import Manifest
 

@@ -78,7 +78,8 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
         else np.arange(len(corpus))
     key_bytes = np.array([len(corpus.keys[i].encode()) for i in order], dtype=np.int64)
     estimates = fmt.estimate_record_bytes(np.array(corpus.nbytes, dtype=np.int64)[order], key_bytes)
-    plan = layout.plan_layout(estimates, options.block_bytes, options.block_samples, options.shard_bytes)
+    plan = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
+                              max(1, options.shard_bytes - len(fmt.TRAILER)))
     labels = corpus.label_ids()
 
     shard_names = [f"shard-{i:06d}{fmt.SUFFIX}" for i in range(len(plan.shard_starts))]
@@ -124,26 +125,31 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
 
 
 def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
-    """Check OUTPUT against this pack's identity; True when an identical finished pack is already there."""
+    """Check OUTPUT against this pack's identity; True when an identical finished pack is already there.
+
+    Otherwise OUTPUT is made ready to write: emptied of an old pack with --overwrite, and
+    cleared of the temporary files an interrupted run left (their pid is gone).
+    """
     head_path, plan_path = output / HEAD_NAME, output / PARTIAL_DIR / "plan.json"
-    previous = None
     if head_path.exists():
         previous = json.loads(head_path.read_bytes()).get("options")
-        if previous == identity and not overwrite:
-            return True
     elif plan_path.exists():
         previous = json.loads(plan_path.read_bytes())
-        if previous == identity and not overwrite:
-            return False  # resume
-    elif output.exists() and any(output.iterdir()) and not overwrite:
-        raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
-    if previous is not None and not overwrite:
+    else:
+        previous = None
+        if output.exists() and any(output.iterdir()) and not overwrite:
+            raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
+    if previous is not None and previous != identity and not overwrite:
         changed = sorted(k for k in identity if identity.get(k) != previous.get(k))
         raise PackError(f"{output}: holds a pack made with different {', '.join(changed)}; pass --overwrite to replace it")
+    if head_path.exists() and not overwrite:
+        return True
     if overwrite:
         for stale in [head_path, output / "manifest.npz", *output.glob("shard-*")]:
             stale.unlink(missing_ok=True)
         shutil.rmtree(output / PARTIAL_DIR, ignore_errors=True)
+    for leftover in [*output.glob(".*.tmp-*"), *output.glob(f"{PARTIAL_DIR}/*.spill")]:
+        leftover.unlink()
     output.mkdir(parents=True, exist_ok=True)
     return False
 

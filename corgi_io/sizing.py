@@ -21,6 +21,7 @@ from PIL import Image, UnidentifiedImageError
 MAX_PLAUSIBLE_FRAMES = 10_000_000
 JPEG_MAGIC = b"\xff\xd8"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PNG_IEND = b"\0\0\0\0IEND\xaeB`\x82"  # the whole IEND chunk: length 0, type, CRC
 
 
 class BadInput(ValueError):
@@ -40,9 +41,10 @@ def image_pixels(data: bytes) -> int:
                 width, height = image.size
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
             raise BadInput(f"not a readable image ({exc})") from None
-    if data[:2] == JPEG_MAGIC and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
-        raise BadInput("truncated JPEG (no end-of-image marker)")
-    if data[:8] == PNG_MAGIC and b"IEND" not in data[-12:]:
+    # cheap truncation checks that still accept trailing data (camera trailers, motion photos)
+    if data[:2] == JPEG_MAGIC and data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+        raise BadInput("truncated JPEG (no end-of-image marker after the last scan)")
+    if data[:8] == PNG_MAGIC and PNG_IEND not in data:
         raise BadInput("truncated PNG (no IEND chunk)")
     if width <= 0 or height <= 0:
         raise BadInput(f"image has size {width}x{height}")

@@ -121,8 +121,6 @@ def test_wds_damaged_later_header_raises_format_error(packed_mixed):
     assert info.value.offset == int(m.samples.offset[i])
 
 
-@pytest.mark.xfail(reason="BUG: formats/wds.py parse_block opens the tar outside its try block, so a damaged "
-                          "first header raises tarfile.ReadError instead of FormatError", strict=True)
 def test_wds_damaged_first_header_raises_format_error(packed_mixed):
     out = packed_mixed("wds")
     m = open_manifest(out)
@@ -150,9 +148,6 @@ ENCODE_ONE = ("import sys; sys.modules['torch'] = None\n"  # keeps the stock tfr
               "print(b''.join(parts).hex())\n")
 
 
-@pytest.mark.xfail(reason="BUG: formats/tfrecord.py encode serializes the Example's feature map in an order that "
-                          "changes from process to process (protobuf upb map order), so TFRecord shards differ "
-                          "between two runs of the same pack", strict=True)
 def test_tfrecord_records_are_identical_across_processes():
     import subprocess
     import sys
@@ -163,9 +158,6 @@ def test_tfrecord_records_are_identical_across_processes():
     assert len(outputs) == 1, f"{len(outputs)} different encodings of the same record in 12 processes"
 
 
-@pytest.mark.xfail(reason="BUG: formats/tfrecord.py imports the `tfrecord` package, whose __init__ imports "
-                          "tfrecord.torch and so torch (~1 s) whenever torch is installed: `corgi pack/verify` "
-                          "of TFRecord packs load torch", strict=True)
 def test_tfrecord_format_does_not_import_torch():
     import subprocess
     import sys

@@ -106,9 +106,6 @@ def _exact_text(path, nbytes):
     path.write_bytes((b"ab " * nbytes)[:nbytes - 1] + b"\n")
 
 
-@pytest.mark.xfail(reason="BUG: pack.py plans shards from record estimates that leave out the format "
-                          "TRAILER (1 KiB end-of-archive for wds), so a full wds shard exceeds --shard-bytes",
-                   strict=True)
 def test_wds_shard_bytes_bound_includes_the_end_of_archive_trailer(tmp_path, corgi):
     # each sample: 512 header + 512 data + 1024 for the .cls member = 2048 bytes, estimated exactly
     for i in range(8):
@@ -131,9 +128,6 @@ def _long_dir(tag: str) -> str:
     return "/".join(f"{tag}{i}" * 100 for i in range(3))  # 602 bytes: pax header data over one tar block
 
 
-@pytest.mark.xfail(reason="BUG: formats/wds.py estimate_record_bytes counts 1 KiB of pax header per member, but "
-                          "names over ~490 bytes need a pax block of 1.5 KiB or more, so blocks exceed --block-bytes",
-                   strict=True)
 def test_wds_block_bytes_bound_with_very_long_names(tmp_path, corgi):
     for i in range(6):
         _exact_text(tmp_path / "src" / "c" / _long_dir("d") / f"f{i}.txt", 512)

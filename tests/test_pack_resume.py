@@ -112,8 +112,7 @@ def test_finished_shards_were_not_rewritten(resumed):
 
 
 def test_resumed_pack_equals_a_single_run(resumed):
-    """Same files, same manifest; for TFRecord the record bytes are compared once parsed, since the
-    Example feature order varies between processes (see the xfail in test_formats.py)."""
+    """Same files, same manifest, same record contents."""
     import numpy as np
 
     from corgi_io.formats import get_format
@@ -150,8 +149,6 @@ def test_no_partial_state_left(resumed):
     assert not [p.name for p in out.iterdir() if "spill" in p.name]
 
 
-@pytest.mark.xfail(reason="BUG: shard_writer.py names temporary shards .<name>.tmp-<pid>; a resumed pack "
-                          "(new pid) never removes the temporary shard of the killed run", strict=True)
 def test_no_temporary_files_left(resumed):
     out = resumed["out"]
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".") or ".tmp" in p.name) == []

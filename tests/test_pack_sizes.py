@@ -106,10 +106,6 @@ def test_kind_flag_forces_a_kind(tmp_path, corgi):
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
-@pytest.mark.xfail(reason="BUG: sizing.py image_pixels rejects JPEG/PNG files with bytes after the EOI/IEND "
-                          "marker as 'truncated', though they are valid images that Pillow fully decodes "
-                          "(e.g. camera trailers, motion photos), so they are skipped or fail --strict",
-                   strict=True)
 def test_valid_image_with_trailing_bytes_is_packed(tmp_path, corgi, fmt):
     buffer = io.BytesIO()
     Image.fromarray(_array(20, 10)).save(buffer, format=fmt)

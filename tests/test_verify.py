@@ -126,12 +126,7 @@ def rewrite_crc(out: Path, i: int) -> None:
     (out / "manifest.json").write_text(json.dumps(head), encoding="utf-8")
 
 
-@pytest.mark.parametrize("which", [
-    "inner",
-    pytest.param("first", marks=pytest.mark.xfail(
-        reason="BUG: formats/wds.py parse_block calls tarfile.open outside its try block; a damaged first "
-               "header of a block raises tarfile.ReadError, which verify does not catch (traceback)", strict=True)),
-])
+@pytest.mark.parametrize("which", ["inner", "first"])
 def test_wds_framing_checked_even_when_crc_agrees(packed_mixed, tmp_path, corgi, which):
     out = tmp_path / "pack"
     shutil.copytree(packed_mixed("wds"), out)

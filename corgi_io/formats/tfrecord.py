@@ -1,37 +1,44 @@
-"""TFRecord shards: tf.train.Example records with masked CRC32C framing, via the `tfrecord` package.
+"""TFRecord shards: tf.train.Example records with masked CRC32C framing.
 
 Each record is ``uint64 length | masked crc32c(length) | Example bytes | masked crc32c(Example)``
 with features ``key`` (bytes), ``data`` (the original file bytes), ``label`` (int64, -1 when
 unlabeled) and ``size`` (int64).  Each shard gets tfrecord's ``.index`` sidecar
 (``offset length`` per line), so `tfrecord.torch.TFRecordDataset(path, index_path)` and
-`tf.data.TFRecordDataset` read our shards unchanged.
+`tf.data.TFRecordDataset` read our shards unchanged.  CRC32C comes from the `crc32c`
+package (the one `tfrecord` uses); Examples from `example_proto` (see its docstring for why
+not the `tfrecord` package itself).
 """
 from __future__ import annotations
 
 import struct
 
-from tfrecord import example_pb2
-from tfrecord.writer import TFRecordWriter
+import crc32c
 
 from corgi_io.formats import FormatError, Record
+from corgi_io.formats.example_proto import decode_example, encode_example
 
 SUFFIX = ".tfrecord"
 TRAILER = b""
 FRAME = 8 + 4 + 4  # length, crc of length, crc of data
+CRC_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data) -> bytes:
+    """TFRecord's masked CRC32C: rotate right by 15 bits, add a constant, little-endian."""
+    crc = crc32c.crc32c(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF)
 
 
 def encode(key: str, ext: str, data: bytes, label: int, size: int):
     """Framed record for one sample: (list of byte strings, payload offset in the record)."""
-    example = TFRecordWriter.serialize_tf_example({
-        "key": (key.encode("utf-8"), "byte"),
-        "data": (data, "byte"),
-        "label": (label, "int"),
-        "size": (size, "int"),
-    })
-    length = struct.pack("<Q", len(example))
-    parts = [length, TFRecordWriter.masked_crc(length), example, TFRecordWriter.masked_crc(example)]
-    # the payload is stored contiguously inside the Example; any match is byte-identical to it
-    return parts, 12 + example.find(data)
+    example, offsets = encode_example({"key": key.encode("utf-8"), "data": data}, {"label": label, "size": size})
+    length = sum(len(part) for part in example)
+    crc = 0
+    for part in example:
+        crc = crc32c.crc32c(part, crc)
+    masked = (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF
+    length_bytes = struct.pack("<Q", length)
+    return [length_bytes, masked_crc(length_bytes), *example, struct.pack("<I", masked)], 12 + offsets["data"]
 
 
 def estimate_record_bytes(nbytes, key_bytes):
@@ -57,27 +64,25 @@ def parse_block(buffer, base_offset: int = 0):
         if len(buffer) - position < FRAME:
             raise FormatError(where, "truncated TFRecord frame")
         length_bytes = bytes(buffer[position: position + 8])
-        if bytes(buffer[position + 8: position + 12]) != TFRecordWriter.masked_crc(length_bytes):
+        if bytes(buffer[position + 8: position + 12]) != masked_crc(length_bytes):
             raise FormatError(where, "TFRecord length CRC mismatch")
         (length,) = struct.unpack("<Q", length_bytes)
         end = position + 12 + length + 4
         if end > len(buffer):
             raise FormatError(where, f"TFRecord record of {length} bytes runs past the end of the data")
-        example_bytes = bytes(buffer[position + 12: end - 4])
-        if bytes(buffer[end - 4: end]) != TFRecordWriter.masked_crc(example_bytes):
+        example = buffer[position + 12: end - 4]
+        if bytes(buffer[end - 4: end]) != masked_crc(example):
             raise FormatError(where, "TFRecord data CRC mismatch")
-        yield _record(example_bytes, where, end - position)
+        yield _record(example, where, end - position)
         position = end
 
 
-def _record(example_bytes: bytes, offset: int, length: int) -> Record:
-    example = example_pb2.Example()
+def _record(example, offset: int, length: int) -> Record:
     try:
-        example.ParseFromString(example_bytes)
-        feature = example.features.feature
-        data = feature["data"].bytes_list.value[0]
-        key = feature["key"].bytes_list.value[0].decode("utf-8")
-        label = int(feature["label"].int64_list.value[0])
-    except Exception as exc:  # protobuf raises its own DecodeError; a missing feature IndexError
+        features = decode_example(example)
+        (data_start, data_end), (key_start, key_end) = features["data"][0], features["key"][0]
+        label = features["label"][0]
+        key = bytes(example[key_start:key_end]).decode("utf-8")
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise FormatError(offset, f"not a corgi tf.train.Example ({type(exc).__name__}: {exc})") from None
-    return Record(key, data, label, offset, length, offset + 12 + example_bytes.find(data))
+    return Record(key, bytes(example[data_start:data_end]), label, offset, length, offset + 12 + data_start)

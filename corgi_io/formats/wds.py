@@ -56,8 +56,12 @@ def encode(key: str, ext: str, data: bytes, label: int, size: int):
 
 
 def estimate_record_bytes(nbytes, key_bytes):
-    """Record size from payload and key lengths (exact for plain ASCII names up to 100 bytes, labeled)."""
-    pax = (key_bytes > 90) * 2 * BLOCK  # long names need a pax header per member
+    """Record size from payload and key lengths (exact for labeled samples with names up to 100 bytes).
+
+    Longer names get a pax header per member: a header block plus the padded
+    "NN path=<name>\n" record (with generous room for the extension and length digits).
+    """
+    pax = (key_bytes + 8 > 100) * 2 * (BLOCK + _padded(key_bytes + 32))
     return BLOCK + _padded(nbytes) + 2 * BLOCK + pax
 
 
@@ -72,11 +76,10 @@ def parse_block(buffer, base_offset: int = 0):
     Raises FormatError naming the absolute offset where the bytes stop being valid tar.
     """
     buffer = memoryview(buffer)
-    archive = tarfile.open(fileobj=io.BytesIO(buffer), mode="r:", encoding="utf-8")
     pending = None  # (key, record start, data, data offset)
     end = 0
     try:
-        for member in archive:
+        for member in tarfile.open(fileobj=io.BytesIO(buffer), mode="r:", encoding="utf-8"):
             if not member.isfile():
                 raise FormatError(base_offset + member.offset, f"tar member {member.name!r} is not a regular file")
             name = member.name

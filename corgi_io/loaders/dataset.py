@@ -27,8 +27,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     """Samples of a pack as dicts ``{"key", "label", "size", "data", "index"}``, CorgiPile-shuffled by default.
 
     `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only),
-    "window" (a sliding shuffle buffer holding as many samples as `buffer_blocks` blocks),
-    "none", or "full" (per-sample random access, one read per sample).
+    "window" (the tf.data/webdataset baseline: a sliding shuffle buffer holding as many
+    samples as `buffer_blocks` blocks, over the stored order), "none" (stored order), or
+    "full" (per-sample random access, one read per sample).
     `buffer_blocks` pieces form one shuffle buffer; `prefetch_blocks` more are read ahead.
     `decode`: None (bytes), "pil", "rgb", "text" or a callable(data, sample); `transform`
     then maps the decoded data.  Every rank yields exactly `len(self)` samples per epoch.
@@ -134,7 +135,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         ranks = assign_ranks(m.blocks.first, m.blocks.count, self.world_size, seed=self.seed, epoch=self.epoch,
                              balance=balance, drop_last=self.drop_last,
                              sizes=m.samples.size if balance != "count" else None, cost_model=self.cost_model,
-                             partitions=self.block_owner, shuffle_blocks=self.shuffle != "none")
+                             partitions=self.block_owner,
+                             shuffle_blocks=self.shuffle not in ("none", "window"))  # the baselines keep stored order
         return split_workers(ranks[self.rank], num_workers)[worker]
 
     def plan(self, worker: int = 0, num_workers: int = 1):
