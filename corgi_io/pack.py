@@ -89,10 +89,13 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     todo = [(shard, block) for shard, record in enumerate(records) if record is None
             for block in range(shard_blocks[shard], shard_blocks[shard + 1])]
 
+    order_list, labels_list = order.tolist(), labels.tolist()
+    kinds = [KINDS[k] for k in corpus.kinds]
+
     def items(block):
-        return [Item(int(q), corpus.paths[p], KINDS[corpus.kinds[p]], corpus.keys[p], corpus.exts[p], int(labels[p]))
-                for q, p in zip(range(block_bounds[block], block_bounds[block + 1]),
-                                order[block_bounds[block]:block_bounds[block + 1]])]
+        first, stop = int(block_bounds[block]), int(block_bounds[block + 1])
+        return [Item(q, corpus.paths[p], kinds[p], corpus.keys[p], corpus.exts[p], labels_list[p])
+                for q, p in zip(range(first, stop), order_list[first:stop])]
 
     encoded = _ordered_map(options.format, options.size_fn, ((items(b), partial / f"block-{b}.spill") for _, b in todo),
                            workers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from corgi_io.block_encoder import EncodedBlock
@@ -28,6 +29,8 @@ class ShardWriter:
         self.position = 0
         self.columns = {name: [] for name in COLUMNS}
         self.skipped = []
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="corgi-flush")
+        self._flushing = None
 
     def add_block(self, block_index: int, block: EncodedBlock) -> None:
         """Append planned block `block_index`, turning its relative offsets into shard offsets."""
@@ -40,6 +43,9 @@ class ShardWriter:
         for name in ("length", "size", "crc32"):
             self.columns[name] += getattr(block, name)
         self.position += size
+        if self._flushing is None or self._flushing.done():
+            # start writing back what is appended so far, so the final fsync waits only for the tail
+            self._flushing = self._flusher.submit(os.fdatasync, self.file.fileno())
 
     def _append_spill(self, spill_path: str) -> int:
         """Append a spilled block with copy_file_range (no trip through Python), then delete it."""
@@ -61,7 +67,7 @@ class ShardWriter:
     def finish(self) -> dict:
         """Close the shard, save its resume record, rename it into place; returns the resume record."""
         self.file.write(self.fmt.TRAILER)
-        self.file.flush()
+        self._flusher.shutdown(wait=True)
         os.fsync(self.file.fileno())
         self.file.close()
         record = dict(self.columns, bytes=self.position + len(self.fmt.TRAILER), skipped=self.skipped)
@@ -72,6 +78,7 @@ class ShardWriter:
 
     def abort(self) -> None:
         """Drop the temporary file of an unfinished shard."""
+        self._flusher.shutdown(wait=True)
         self.file.close()
         self.temp_path.unlink(missing_ok=True)
 

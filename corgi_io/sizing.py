@@ -34,7 +34,9 @@ def image_pixels(data: bytes) -> int:
     `imagesize` reads JPEG/PNG headers in ~10 us against Pillow's ~28 us (bench/pack.py
     profile); Pillow remains the authority for every format imagesize does not know.
     """
-    width, height = imagesize.get(io.BytesIO(data)) if data[:2] == JPEG_MAGIC or data[:8] == PNG_MAGIC else (-1, -1)
+    header_readable = data[:2] == JPEG_MAGIC or data[:8] == PNG_MAGIC
+    # w*h does not depend on EXIF rotation, and skipping it saves a third of the probe
+    width, height = imagesize.get(io.BytesIO(data), exif_rotation=False) if header_readable else (-1, -1)
     if width < 0:
         try:
             with Image.open(io.BytesIO(data)) as image:
@@ -42,7 +44,8 @@ def image_pixels(data: bytes) -> int:
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
             raise BadInput(f"not a readable image ({exc})") from None
     # cheap truncation checks that still accept trailing data (camera trailers, motion photos)
-    if data[:2] == JPEG_MAGIC and data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+    if (data[:2] == JPEG_MAGIC and not data.endswith(b"\xff\xd9")
+            and data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda")):
         raise BadInput("truncated JPEG (no end-of-image marker after the last scan)")
     if data[:8] == PNG_MAGIC and PNG_IEND not in data:
         raise BadInput("truncated PNG (no IEND chunk)")

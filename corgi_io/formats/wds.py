@@ -19,6 +19,8 @@ TRAILER = b"\0" * (2 * BLOCK)  # end-of-archive marker
 
 _USTAR_TEMPLATE = (b"\0" * 100 + b"0000644\0" + b"0000000\0" * 2 + b"\0" * 12 + b"00000000000\0"
                    + b" " * 8 + b"0" + b"\0" * 100 + tarfile.POSIX_MAGIC + b"\0" * 247)
+_USTAR_TEMPLATE_SUM = sum(_USTAR_TEMPLATE)  # the checksum counts its own field as spaces, as here
+_ZERO_SIZE_SUM = sum(_USTAR_TEMPLATE[124:136])
 
 
 def _padded(n: int) -> int:
@@ -40,8 +42,9 @@ def _header(name: str, size: int) -> bytes:
         return info.tobuf(tarfile.PAX_FORMAT, encoding="utf-8", errors="strict")
     header = bytearray(_USTAR_TEMPLATE)
     header[0:len(encoded)] = encoded
-    header[124:136] = b"%011o\0" % size
-    header[148:156] = b"%06o\0 " % sum(header)
+    size_field = b"%011o\0" % size
+    header[124:136] = size_field
+    header[148:156] = b"%06o\0 " % (_USTAR_TEMPLATE_SUM + sum(encoded) + sum(size_field) - _ZERO_SIZE_SUM)
     return bytes(header)
 
 
