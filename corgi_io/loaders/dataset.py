@@ -45,7 +45,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
                  rank=None, world_size=None, drop_last: bool = False, decode=None, transform=None,
                  prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
-                 partitions: dict | None = None, storage_options: dict | None = None):
+                 partitions: dict | None = None, read_threads: int | None = None,
+                 storage_options: dict | None = None):
         super().__init__()
         if shuffle not in SHUFFLE_MODES:
             raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
@@ -60,6 +61,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.drop_last, self.balance, self.batch_size = drop_last, balance, batch_size
         self.decode, self.transform = get_decoder(decode), transform
         self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
+        self.read_threads = read_threads  # reads in flight; None: the storage's default (2 local, 4 remote)
         self.storage_options = storage_options or {}
         self.block_owner = None if partitions is None else self._block_owner(partitions)
         self.epoch = 0
@@ -150,7 +152,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         worker, num_workers = worker_and_count()
-        reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks)
+        reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads)
         self.last_reader = reader
         for sample in reader.samples(self.plan(worker, num_workers)):
             if self.decode is not None:
