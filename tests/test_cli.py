@@ -225,9 +225,10 @@ def test_stats_of_missing_dataset(tmp_path, corgi):
 
 # --- import hygiene -----------------------------------------------------------------------------
 
-def test_cli_pack_and_stats_do_not_import_torch():
-    code = "import corgi_io.cli, corgi_io.pack, corgi_io.stats, corgi_io.verify, sys; " \
-           "assert 'torch' not in sys.modules, 'torch was imported'"
+def test_cli_pack_stats_verify_and_both_formats_do_not_import_torch():
+    code = ("import sys, corgi_io.cli, corgi_io.pack, corgi_io.stats, corgi_io.verify, corgi_io.plan_report; "
+            "from corgi_io.formats import get_format; get_format('wds'); get_format('tfrecord'); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -235,5 +236,5 @@ def test_cli_pack_and_stats_do_not_import_torch():
 def test_corgi_help_lists_commands():
     proc = subprocess.run(["corgi", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
-    for command in ("pack", "stats", "verify"):
+    for command in ("pack", "stats", "verify", "plan"):
         assert command in proc.stdout

@@ -156,23 +156,3 @@ def test_tfrecord_records_are_identical_across_processes():
     outputs = {proc.communicate()[0].strip() for proc in procs}
     assert all(proc.returncode == 0 for proc in procs)
     assert len(outputs) == 1, f"{len(outputs)} different encodings of the same record in 12 processes"
-
-
-def test_tfrecord_format_does_not_import_torch():
-    import subprocess
-    import sys
-
-    code = "import sys; from corgi_io.formats import get_format; get_format('tfrecord'); " \
-           "assert 'torch' not in sys.modules, 'torch was imported'"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-
-
-def test_wds_format_does_not_import_torch():
-    import subprocess
-    import sys
-
-    code = "import sys; from corgi_io.formats import get_format; get_format('wds'); import corgi_io.verify; " \
-           "assert 'torch' not in sys.modules, 'torch was imported'"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
