@@ -97,34 +97,45 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
         return [Item(q, corpus.paths[p], kinds[p], corpus.keys[p], corpus.exts[p], labels_list[p])
                 for q, p in zip(range(first, stop), order_list[first:stop])]
 
-    encoded = _ordered_map(options.format, options.size_fn, ((items(b), partial / f"block-{b}.spill") for _, b in todo),
-                           workers)
+    blocks = ((items(b), partial / f"block-{b}.spill") for _, b in todo)
+    encoded = _ordered_map(options.format, options.size_fn, blocks, workers)
     total = int(sum(block_bounds[b + 1] - block_bounds[b] for _, b in todo))
-    writer = None
     with _Progress(total, progress) as bar:
-        try:
-            for (shard, block_index), block in zip(todo, encoded):
-                if writer is None:
-                    writer = ShardWriter(fmt, output / shard_names[shard], partial / f"{shard_names[shard]}.json")
-                for position, path, reason in block.skipped:
-                    if strict:
-                        raise PackError(f"{path}: {reason}")
-                    bar.warn(f"skipped {path}: {reason}")
-                    writer.skip(corpus.relpaths[order[position]], reason)
-                writer.add_block(block_index, block)
-                bar.advance(int(block_bounds[block_index + 1] - block_bounds[block_index]), block.payload_bytes)
-                if block_index + 1 == shard_blocks[shard + 1]:
-                    records[shard], writer = writer.finish(), None
-        except BaseException:
-            if writer is not None:
-                writer.abort()
-            encoded.close()
-            raise
+        for shard, record in _write_shards(fmt, output, partial, shard_names, todo, encoded, shard_blocks,
+                                           lambda position: corpus.relpaths[order_list[position]], strict, bar):
+            records[shard] = record
     head = {"format": options.format, "options": identity, "labels": corpus.labels,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _write_manifest(output, head, corpus, order, labels, shard_names, records)
     shutil.rmtree(partial)
     return open_manifest(output)
+
+
+def _write_shards(fmt, output: Path, partial: Path, shard_names, todo, encoded, shard_blocks, relpath_of, strict, bar):
+    """Append the encoded blocks of `todo` to their shards in order; yields (shard, resume record) per finished shard.
+
+    A skipped file is a warning (or, with `strict`, a PackError); an unfinished shard's temporary file is removed.
+    """
+    writer = None
+    try:
+        for (shard, block_index), block in zip(todo, encoded):
+            if writer is None:
+                writer = ShardWriter(fmt, output / shard_names[shard], partial / f"{shard_names[shard]}.json")
+            for position, path, reason in block.skipped:
+                if strict:
+                    raise PackError(f"{path}: {reason}")
+                bar.warn(f"skipped {path}: {reason}")
+                writer.skip(relpath_of(position), reason)
+            writer.add_block(block_index, block)
+            bar.advance(len(block.position) + len(block.skipped), block.payload_bytes)
+            if block_index + 1 == shard_blocks[shard + 1]:
+                yield shard, writer.finish()
+                writer = None
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        encoded.close()
+        raise
 
 
 def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
