@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from corgi_io.manifest import Manifest
 
+
 class BlockReader:
     """Reads the pieces of a buffer plan through a Storage, `prefetch_pieces` ahead."""
 
@@ -46,15 +47,17 @@ class BlockReader:
         resident_bytes = committed_bytes = 0  # payloads held; bytes of reads submitted but not yet split
         steps = ((piece, order) for pieces, order in plan for piece in [*pieces, None])  # None: buffer complete
         ahead: deque = deque()   # (future read of a piece, or None, buffer order)
+        reads_ahead = 0          # futures in `ahead`
         with ThreadPoolExecutor(self.read_threads, thread_name_prefix="corgi-read") as pool:
             try:
                 while True:
-                    while sum(f is not None for f, _ in ahead) < self.prefetch_pieces:
+                    while reads_ahead < self.prefetch_pieces:
                         step = next(steps, None)
                         if step is None:
                             break
                         piece, order = step
                         if piece is not None:
+                            reads_ahead += 1
                             committed_bytes += self.byte_range(piece)[2]
                             self.peak_resident_bytes = max(self.peak_resident_bytes, resident_bytes + committed_bytes)
                         ahead.append((None if piece is None else pool.submit(self._read, piece), order))
@@ -62,6 +65,7 @@ class BlockReader:
                         return
                     future, order = ahead.popleft()
                     if future is not None:
+                        reads_ahead -= 1
                         piece, data = future.result()
                         committed_bytes -= len(data)
                         resident_bytes += self._split(piece, data, resident, repeats)
