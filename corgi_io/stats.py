@@ -67,11 +67,16 @@ def summarize(m: Manifest) -> dict:
     }
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 block', '36 blocks', '1,000 samples'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def render(summary: dict) -> str:
     """Terminal text: counts, size tables, a histogram of sizes on log bins, block and shard balance."""
-    lines = [f"{summary['samples']:,} samples in {summary['blocks']:,} blocks and {summary['shards']:,} "
-             f"{summary['format']} shards, {_human(summary['bytes'])} ({summary['labels']} labels, "
-             f"{summary['skipped']} {'file' if summary['skipped'] == 1 else 'files'} skipped)", ""]
+    lines = [f"{counted(summary['samples'], 'sample')} in {counted(summary['blocks'], 'block')} and "
+             f"{counted(summary['shards'], summary['format'] + ' shard')}, {_human(summary['bytes'])} "
+             f"({counted(summary['labels'], 'label')}, {counted(summary['skipped'], 'file')} skipped)", ""]
     header = f"{'':16}{'min':>12}{'p50':>12}{'p90':>12}{'p99':>12}{'max':>12}{'mean':>12}{'cv':>8}"
     lines.append(header)
     rows = [(f"size ({kind})", d) for kind, d in summary["size_by_kind"].items()]

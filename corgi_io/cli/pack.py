@@ -54,6 +54,7 @@ def pack_command(source, output, fmt, kind, labels_file, block_samples, block_by
                  workers, size_fn, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
     from corgi_io.pack import PackOptions, pack
+    from corgi_io.stats import counted
 
     label_index = None
     if labels_file:
@@ -62,5 +63,5 @@ def pack_command(source, output, fmt, kind, labels_file, block_samples, block_by
                           block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn, label_index=label_index)
     with one_line_errors():
         manifest = pack(source, output, options, workers=workers, strict=strict, overwrite=overwrite)
-    click.echo(f"packed {manifest.num_samples:,} samples into {len(manifest.blocks):,} blocks and "
-               f"{len(manifest.shards)} shards in {output} ({len(manifest.skipped)} skipped)")
+    click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
+               f"and {counted(len(manifest.shards), 'shard')} in {output} ({len(manifest.skipped)} skipped)")

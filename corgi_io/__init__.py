@@ -1,0 +1,14 @@
+"""corgi-io: block-structured shards, CorgiPile shuffling and size-balanced loading for PyTorch.
+
+The torch-free public face; the loaders live in `corgi_io.loaders` (the only part that imports torch).
+
+    from corgi_io import pack, PackOptions, open_manifest, verify
+    manifest = pack("raw/", "packed/", PackOptions(format="wds"), workers=8)
+    manifest = open_manifest("packed/")      # or an http://, hdfs://, s3:// URL
+"""
+from corgi_io.manifest import Manifest, ManifestError, open_manifest
+from corgi_io.pack import PackError, PackOptions, pack
+from corgi_io.verify import verify
+
+__all__ = ["Manifest", "ManifestError", "PackError", "PackOptions", "open_manifest", "pack", "verify"]
+__version__ = "0.1.0"
