@@ -24,11 +24,13 @@ class Layout:
     block_starts: np.ndarray
     shard_starts: np.ndarray
 
-    def shard_sample_ranges(self, num_samples: int):
-        """(first, stop) sample index of each shard."""
-        block_bounds = np.append(self.block_starts, num_samples)
-        shard_bounds = np.append(self.shard_starts, len(self.block_starts))
-        return [(int(block_bounds[a]), int(block_bounds[b])) for a, b in zip(shard_bounds[:-1], shard_bounds[1:])]
+    def block_bounds(self, num_samples: int) -> np.ndarray:
+        """Block i holds samples [bounds[i], bounds[i + 1])."""
+        return np.append(self.block_starts, num_samples)
+
+    def shard_bounds(self) -> np.ndarray:
+        """Shard j holds blocks [bounds[j], bounds[j + 1])."""
+        return np.append(self.shard_starts, len(self.block_starts))
 
 
 def greedy_cuts(item_bytes: np.ndarray, max_bytes: int, max_items: int | None = None) -> np.ndarray:

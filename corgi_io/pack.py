@@ -25,7 +25,7 @@ from corgi_io.corpus import Corpus, discover
 from corgi_io.formats import get_format
 from corgi_io.manifest import HEAD_NAME, KINDS, open_manifest, save_manifest
 from corgi_io.block_encoder import Item, encode_block
-from corgi_io.shard_writer import ShardWriter, load_finished
+from corgi_io.shard_writer import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished
 from corgi_io.sizing import load_size_fn
 from corgi_io.storage import write_atomic
 
@@ -84,8 +84,7 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
 
     shard_names = [f"shard-{i:06d}{fmt.SUFFIX}" for i in range(len(plan.shard_starts))]
     records = [load_finished(output / name, partial / f"{name}.json") for name in shard_names]
-    block_bounds = np.append(plan.block_starts, len(order))
-    shard_blocks = np.append(plan.shard_starts, len(plan.block_starts))
+    block_bounds, shard_blocks = plan.block_bounds(len(order)), plan.shard_bounds()
     todo = [(shard, block) for shard, record in enumerate(records) if record is None
             for block in range(shard_blocks[shard], shard_blocks[shard + 1])]
 
@@ -170,7 +169,7 @@ def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
 
 def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, shard_names, records) -> None:
     columns = {name: np.concatenate([np.asarray(r[name], dtype=np.int64) for r in records])
-               for name in ("position", "block", "offset", "length", "data_offset", "size", "crc32")}
+               for name in SHARD_COLUMNS}
     source = order[columns["position"]]
     counts = [len(r["offset"]) for r in records]
     shard = np.repeat(np.arange(len(records)), counts)

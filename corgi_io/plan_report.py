@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.schedule import assign_ranks, samples_per_rank, simulate, split_workers
+from corgi_io.schedule import assign_ranks, imbalance, samples_per_rank, simulate, split_workers
 
 
 def summarize(block_first, block_count, sizes, world_size: int, *, workers: int = 0, balance: str = "count",
@@ -42,18 +42,12 @@ def summarize(block_first, block_count, sizes, world_size: int, *, workers: int 
         "balance": balance, "seed": seed, "epoch": epoch, "drop_last": drop_last,
         "samples_per_rank": n, "padding": max(world_size * n - len(sizes), 0),
         "dropped": max(len(sizes) - world_size * n, 0), "size_total": int(sizes.sum()), "size_read": total,
-        "ranks": ranks, "size_imbalance": _ratio(rank_size), "count_size_imbalance": _ratio(count_size),
+        "ranks": ranks, "size_imbalance": imbalance(rank_size), "count_size_imbalance": imbalance(count_size),
     }
     if batch_size:
         summary["steps"] = _steps(block_first, block_count, world_size, balance, batch_size,
                                   num_workers=workers, buffer_pieces=buffer_blocks, **common)
     return summary
-
-
-def _ratio(values) -> float:
-    """max / mean, 1.0 for an all-zero load."""
-    values = np.asarray(values, dtype=np.float64)
-    return float(values.max() / values.mean()) if values.any() else 1.0
 
 
 def _step_plans(balance: str) -> list[tuple[str, str, bool]]:

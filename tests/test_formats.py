@@ -156,3 +156,13 @@ def test_tfrecord_records_are_identical_across_processes():
     outputs = {proc.communicate()[0].strip() for proc in procs}
     assert all(proc.returncode == 0 for proc in procs)
     assert len(outputs) == 1, f"{len(outputs)} different encodings of the same record in 12 processes"
+
+
+def test_tfrecord_framing_crcs_equal_the_tfrecord_package():
+    """Our reader and writer share masked_crc, so only a reference implementation can catch a wrong CRC."""
+    from tfrecord.writer import TFRecordWriter
+
+    parts, _ = get_format("tfrecord").encode("cat/x", "jpg", b"payload" * 999, -1, 12345)
+    blob = b"".join(parts)
+    assert blob[8:12] == TFRecordWriter.masked_crc(blob[:8])
+    assert blob[-4:] == TFRecordWriter.masked_crc(blob[12:-4])

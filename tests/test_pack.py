@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
@@ -15,7 +14,7 @@ import webdataset
 from tfrecord.reader import tfrecord_loader
 
 from corgi_io.manifest import open_manifest
-from corpus_factory import make_mixed_corpus, write_image, write_listing, write_text
+from corpus_factory import write_image, write_listing, write_text
 
 PACK_SMALL = ("--block-samples", "3", "--block-bytes", "24k", "--shard-bytes", "40k")  # as the packed_mixed fixture
 TF_DESCRIPTION = {"key": "byte", "data": "byte", "label": "int", "size": "int"}

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from corgi_io.layout import greedy_cuts, plan_layout
 from corgi_io.manifest import open_manifest
-from corpus_factory import write_text
 
 sizes = st.lists(st.integers(min_value=0, max_value=5000), max_size=200)
 
@@ -55,7 +54,8 @@ def test_plan_layout_properties(records, block_bytes, block_samples, shard_bytes
     for a, b in shards:
         assert sum(block_total[a:b]) <= shard_bytes or b - a == 1
     # shard sample ranges are cut on block boundaries and tile the samples
-    ranges = plan.shard_sample_ranges(n)
+    bounds = plan.block_bounds(n)[plan.shard_bounds()]
+    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
     assert len(ranges) == len(shards)
     assert [i for a, b in ranges for i in range(a, b)] == list(range(n))
     block_starts = set(plan.block_starts.tolist())
@@ -66,7 +66,7 @@ def test_plan_layout_single_oversized_sample_gets_its_own_block_and_shard():
     plan = plan_layout(np.array([10, 1000, 10, 10]), block_bytes=100, block_samples=10, shard_bytes=100)
     assert plan.block_starts.tolist() == [0, 1, 2]
     assert plan.shard_starts.tolist() == [0, 1, 2]
-    assert plan.shard_sample_ranges(4) == [(0, 1), (1, 2), (2, 4)]
+    assert plan.block_bounds(4)[plan.shard_bounds()].tolist() == [0, 1, 2, 4]
 
 
 def test_plan_layout_empty():

@@ -23,22 +23,19 @@ FRAME = 8 + 4 + 4  # length, crc of length, crc of data
 CRC_MASK_DELTA = 0xA282EAD8
 
 
-def masked_crc(data) -> bytes:
-    """TFRecord's masked CRC32C: rotate right by 15 bits, add a constant, little-endian."""
-    crc = crc32c.crc32c(data)
+def masked_crc(*parts) -> bytes:
+    """TFRecord's masked CRC32C of the concatenated parts: rotate right by 15 bits, add a constant, little-endian."""
+    crc = 0
+    for part in parts:
+        crc = crc32c.crc32c(part, crc)
     return struct.pack("<I", (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF)
 
 
 def encode(key: str, ext: str, data: bytes, label: int, size: int):
     """Framed record for one sample: (list of byte strings, payload offset in the record)."""
     example, offsets = encode_example({"key": key.encode("utf-8"), "data": data}, {"label": label, "size": size})
-    length = sum(len(part) for part in example)
-    crc = 0
-    for part in example:
-        crc = crc32c.crc32c(part, crc)
-    masked = (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF
-    length_bytes = struct.pack("<Q", length)
-    return [length_bytes, masked_crc(length_bytes), *example, struct.pack("<I", masked)], 12 + offsets["data"]
+    length_bytes = struct.pack("<Q", sum(len(part) for part in example))
+    return [length_bytes, masked_crc(length_bytes), *example, masked_crc(*example)], 12 + offsets["data"]
 
 
 def estimate_record_bytes(nbytes, key_bytes):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 import torch
 
 from corgi_io.block_reader import BlockReader
@@ -88,8 +89,6 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def _block_owner(self, partitions: dict):
         """Turn {rank: [shard paths]} into one owning rank per block."""
-        import numpy as np
-
         owner_of_shard = {}
         for rank, paths in partitions.items():
             for path in paths:

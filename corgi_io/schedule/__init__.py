@@ -16,13 +16,13 @@ from .batches import balanced_batches
 from .cost import fit_cost
 from .order import block_order, epoch_rng
 from .pieces import block_pieces, cut, merge_adjacent, piece_samples
-from .simulate import rank_batches, simulate
+from .simulate import imbalance, rank_batches, simulate
 from .stream import SHUFFLE_MODES, buffer_plan
 from .workers import split_workers, worker_counts
 
 __all__ = [
     "BALANCE_MODES", "SHUFFLE_MODES",
     "assign_ranks", "balanced_batches", "block_order", "block_pieces", "buffer_plan", "cut",
-    "epoch_rng", "fit_cost", "merge_adjacent", "piece_samples", "rank_batches", "rank_budgets", "rank_time",
+    "epoch_rng", "fit_cost", "imbalance", "merge_adjacent", "piece_samples", "rank_batches", "rank_budgets", "rank_time",
     "samples_per_rank", "simulate", "split_workers", "worker_counts",
 ]

@@ -13,6 +13,12 @@ from .stream import buffer_plan
 from .workers import split_workers
 
 
+
+def imbalance(values) -> float:
+    """max / mean of per-rank loads, 1.0 for an all-zero load."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.max() / values.mean()) if values.any() else 1.0
+
 def rank_batches(pieces: np.ndarray, batch_size: int, *, num_workers: int = 0, rank: int = 0,
                  balanced: bool = False, **stream) -> list[np.ndarray]:
     """The batches (arrays of sample ids) one rank trains on, in DataLoader
@@ -67,7 +73,7 @@ def simulate(block_first, block_count, sizes, world_size: int, *, batch_size: in
     ratio = np.divide(step_size.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
     return {
         "rank_size": rank_size,
-        "size_imbalance": float(rank_size.max() / rank_size.mean()) if rank_size.any() else 1.0,
+        "size_imbalance": imbalance(rank_size),
         "step_size": step_size,
         "step_imbalance": dict(zip(("p50", "p95", "max"), np.percentile(ratio, [50, 95, 100]).tolist()))
         if len(ratio) else {"p50": 1.0, "p95": 1.0, "max": 1.0},
