@@ -116,24 +116,20 @@ def test_wds_shard_bytes_bound_includes_the_end_of_archive_trailer(tmp_path, cor
     check_limits(out, 4 << 20, 1, 8192)
 
 
-def test_wds_block_bytes_bound_with_unicode_names(tmp_path, corgi):
-    for i in range(6):
-        _exact_text(tmp_path / "src" / "c" / f"fête_{i}.txt", 512)
-    out = tmp_path / "out"
-    assert corgi("pack", tmp_path / "src", out, "--workers", "1", "--block-bytes", "4096").exit_code == 0
-    check_limits(out, 4096, 1024, 512 << 20)
-
-
 def _long_dir(tag: str) -> str:
     return "/".join(f"{tag}{i}" * 100 for i in range(3))  # 602 bytes: pax header data over one tar block
 
 
-def test_wds_block_bytes_bound_with_very_long_names(tmp_path, corgi):
+@pytest.mark.parametrize("name, block_bytes", [
+    (lambda i: f"fête_{i}.txt", 4096),                   # unicode: still plain ustar
+    (lambda i: f"{_long_dir('d')}/f{i}.txt", 8192),      # over 100 bytes: a pax header per member
+], ids=["unicode", "very-long"])
+def test_wds_block_bytes_bound_with_unusual_names(tmp_path, corgi, name, block_bytes):
     for i in range(6):
-        _exact_text(tmp_path / "src" / "c" / _long_dir("d") / f"f{i}.txt", 512)
+        _exact_text(tmp_path / "src" / "c" / name(i), 512)
     out = tmp_path / "out"
-    assert corgi("pack", tmp_path / "src", out, "--workers", "1", "--block-bytes", "8192").exit_code == 0
-    check_limits(out, 8192, 1024, 512 << 20)
+    assert corgi("pack", tmp_path / "src", out, "--workers", "1", "--block-bytes", str(block_bytes)).exit_code == 0
+    check_limits(out, block_bytes, 1024, 512 << 20)
 
 
 def test_wds_ascii_blocks_respect_block_bytes(tmp_path, corgi):

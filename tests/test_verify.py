@@ -83,26 +83,23 @@ def test_console_script_exit_codes(pack_copy):
     assert proc.returncode != 0 and m.shards[-1].path in proc.stderr
 
 
-@pytest.mark.parametrize("which", ["first", "inner"])
-def test_flipped_payload_byte(pack_copy, corgi, which):
-    fmt, out = pack_copy
-    m = open_manifest(out)
-    i = sample_in_block(m, which)
-    shard = m.shards[int(m.samples.shard[i])].path
-    position = int(m.samples.data_offset[i] + m.samples.bytes[i] // 2)
-    flip(out / shard, position)
-    _, problem = fail_report(corgi, out)
-    assert_names_damage(m, problem, shard, position)
+def payload_middle(samples, i: int) -> int:
+    return int(samples.data_offset[i] + samples.bytes[i] // 2)
 
 
-@pytest.mark.parametrize("which", ["first", "inner"])
-def test_flipped_framing_byte(pack_copy, corgi, which):
+def framing_byte(samples, i: int) -> int:
     """A byte of the tar header (member name) or of the TFRecord length field."""
+    return int(samples.offset[i]) + 3
+
+
+@pytest.mark.parametrize("where", [payload_middle, framing_byte])
+@pytest.mark.parametrize("which", ["first", "inner"])
+def test_flipped_byte_is_named_with_shard_and_offset(pack_copy, corgi, which, where):
     fmt, out = pack_copy
     m = open_manifest(out)
     i = sample_in_block(m, which)
     shard = m.shards[int(m.samples.shard[i])].path
-    position = int(m.samples.offset[i]) + 3
+    position = where(m.samples, i)
     flip(out / shard, position)
     _, problem = fail_report(corgi, out)
     assert_names_damage(m, problem, shard, position)
