@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from corgi_io.formats import get_format
-from corgi_io.sizing import BadInput, load_size_fn, probe_size
+from corgi_io.errors import BadInput
+from corgi_io.sizing import load_size_fn, probe_size
 
 
 class Item(NamedTuple):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corgi_io.errors import CorpusError
 from corgi_io.manifest import KINDS
 
 EXTENSIONS = {
@@ -26,10 +27,6 @@ EXTENSIONS = {
 }
 KIND_OF_EXTENSION = {ext: kind for kind, exts in EXTENSIONS.items() for ext in exts}
 LISTING_SUFFIXES = {".csv", ".jsonl"}
-
-
-class CorpusError(ValueError):
-    """SOURCE cannot be turned into a corpus: missing, empty, or a malformed listing."""
 
 
 @dataclass

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corgi_io.errors import ManifestError
+
 MANIFEST_VERSION = 1
 HEAD_NAME = "manifest.json"
 COLUMNS_NAME = "manifest.npz"
@@ -46,10 +48,6 @@ BLOCK_COLUMNS = {
     "count": np.int64,
     "size_sum": np.int64,
 }
-
-
-class ManifestError(ValueError):
-    """A manifest that is missing, of the wrong version, or inconsistent with itself."""
 
 
 @dataclass(frozen=True)

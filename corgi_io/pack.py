@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from corgi_io import layout
 from corgi_io.corpus import Corpus, discover
+from corgi_io.errors import PackError
 from corgi_io.formats import get_format
 from corgi_io.manifest import HEAD_NAME, KINDS, open_manifest, save_manifest
 from corgi_io.block_encoder import Item, encode_block
@@ -31,10 +32,6 @@ from corgi_io.storage import write_atomic
 
 PARTIAL_DIR = ".corgi-partial"
 BLOCKS_AHEAD = 3    # blocks in flight per worker: memory stays near workers * 3 * block bytes
-
-
-class PackError(RuntimeError):
-    """The pack cannot proceed (strict mode hit a bad file, or OUTPUT holds something else)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     """
     fmt = get_format(options.format)
     if options.order not in ("shuffle", "keep"):
-        raise ValueError(f"order must be 'shuffle' or 'keep', not {options.order!r}")
+        raise PackError(f"order must be 'shuffle' or 'keep', not {options.order!r}")
     if options.size_fn:
         load_size_fn(options.size_fn)  # fail before any work, not in every worker
     corpus = discover(source, options.kind, options.label_index)

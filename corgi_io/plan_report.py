@@ -16,15 +16,21 @@ import numpy as np
 from corgi_io.schedule import assign_ranks, imbalance, samples_per_rank, simulate, split_workers
 
 
+def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: int, epoch: int, seed: int) -> None:
+    """ValueError naming the first option below its least value (None means "not given")."""
+    for name, value, least in (("world size", world_size, 1), ("workers", workers, 0), ("batch size", batch_size, 1),
+                               ("buffer blocks", buffer_blocks, 1), ("epoch", epoch, 0), ("seed", seed, 0)):
+        if value is not None and value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
+
+
 def summarize(block_first, block_count, sizes, world_size: int, *, workers: int = 0, balance: str = "count",
               batch_size: int | None = None, epoch: int = 0, seed: int = 0, drop_last: bool = False,
               buffer_blocks: int = 16) -> dict:
     """Per-rank samples, size sums, shares and ranged reads of one epoch's plan and, with
     ``batch_size``, the per-step imbalance and simulated epoch time of the plans in `_step_plans`."""
-    for name, value, least in (("world size", world_size, 1), ("workers", workers, 0), ("batch size", batch_size, 1),
-                               ("buffer blocks", buffer_blocks, 1), ("epoch", epoch, 0), ("seed", seed, 0)):
-        if value is not None and value < least:
-            raise ValueError(f"{name} must be >= {least}, got {value}")
+    check_options(world_size=world_size, workers=workers, batch_size=batch_size, buffer_blocks=buffer_blocks,
+                  epoch=epoch, seed=seed)
     sizes = np.asarray(sizes, dtype=np.int64)
     prefix = np.concatenate(([0], np.cumsum(sizes)))
     common = dict(seed=seed, epoch=epoch, drop_last=drop_last, sizes=sizes)

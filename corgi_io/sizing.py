@@ -18,14 +18,12 @@ import io
 import imagesize
 from PIL import Image, UnidentifiedImageError
 
+from corgi_io.errors import BadInput, PackError
+
 MAX_PLAUSIBLE_FRAMES = 10_000_000
 JPEG_MAGIC = b"\xff\xd8"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PNG_IEND = b"\0\0\0\0IEND\xaeB`\x82"  # the whole IEND chunk: length 0, type, CRC
-
-
-class BadInput(ValueError):
-    """An input file that cannot be packed; the message says why."""
 
 
 def image_pixels(data: bytes) -> int:
@@ -87,13 +85,13 @@ def load_size_fn(spec: str):
     """Import ``module:function`` for a custom size; fails early with a clear message."""
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
-        raise ValueError(f"--size-fn {spec!r}: expected MODULE:FUNCTION")
+        raise PackError(f"--size-fn {spec!r}: expected MODULE:FUNCTION")
     try:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--size-fn {spec!r}: {exc}") from None
+        raise PackError(f"--size-fn {spec!r}: {exc}") from None
     if not callable(function):
-        raise ValueError(f"--size-fn {spec!r} is not callable")
+        raise PackError(f"--size-fn {spec!r} is not callable")
     return function
 
 

@@ -19,9 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import fsspec.core
 
-class StorageError(OSError):
-    """A read that failed or came back short; the message names the file and offset."""
-
+from corgi_io.errors import StorageError
 
 def open_storage(root: str, *, retries: int = 4, backoff: float = 0.1, **storage_options) -> Storage:
     """LocalStorage for a path or file:// URL, else FsspecStorage (retries, fsspec options)."""
@@ -31,7 +29,7 @@ def open_storage(root: str, *, retries: int = 4, backoff: float = 0.1, **storage
     parts = urlsplit(root)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"{root}: file:// URL with a remote host is not supported")
+            raise StorageError(f"{root}: file:// URL with a remote host is not supported")
         return LocalStorage(parts.path)
     return FsspecStorage(root, retries=retries, backoff=backoff, **storage_options)
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from corgi_io.formats import FormatError, get_format
+from corgi_io.errors import FormatError, StorageError
+from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
-from corgi_io.storage import StorageError, open_storage
+from corgi_io.storage import open_storage
 
 
 @dataclass(frozen=True)

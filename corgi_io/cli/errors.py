@@ -5,18 +5,20 @@ import contextlib
 
 import click
 
-from corgi_io.corpus import CorpusError
-from corgi_io.manifest import ManifestError
-from corgi_io.pack import PackError
-from corgi_io.storage import StorageError
-
-EXPECTED = (CorpusError, ManifestError, PackError, StorageError, ValueError)
+from corgi_io.errors import CorgiError
 
 
 @contextlib.contextmanager
 def one_line_errors():
-    """Report expected errors as `corgi: error: ...` and exit 1."""
+    """Report a CorgiError, or an OSError that names its file, as `Error: ...` and exit 1.
+
+    Anything else is a bug in corgi-io and keeps its traceback.
+    """
     try:
         yield
-    except EXPECTED as exc:
+    except CorgiError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        raise click.ClickException(f"{exc.filename}: {exc.strerror or exc}") from None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from corgi_io.errors import FormatError
+
 
 class Record(NamedTuple):
     """One sample parsed back from shard bytes; offsets are absolute in the shard."""
@@ -21,14 +23,6 @@ class Record(NamedTuple):
     offset: int
     length: int
     data_offset: int
-
-
-class FormatError(ValueError):
-    """Shard bytes that do not parse; `offset` is the absolute byte offset of the problem."""
-
-    def __init__(self, offset: int, message: str):
-        super().__init__(f"byte offset {offset}: {message}")
-        self.offset = offset
 
 
 def get_format(name: str):

@@ -14,7 +14,8 @@ import struct
 
 import crc32c
 
-from corgi_io.formats import FormatError, Record
+from corgi_io.errors import FormatError
+from corgi_io.formats import Record
 from corgi_io.formats.example_proto import decode_example, encode_example
 
 SUFFIX = ".tfrecord"

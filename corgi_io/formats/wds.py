@@ -10,7 +10,8 @@ from __future__ import annotations
 import io
 import tarfile
 
-from corgi_io.formats import FormatError, Record
+from corgi_io.errors import FormatError
+from corgi_io.formats import Record
 
 SUFFIX = ".tar"
 BLOCK = tarfile.BLOCKSIZE

@@ -16,7 +16,8 @@ import torch
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, buffer_plan, fit_cost, samples_per_rank, split_workers
-from corgi_io.storage import StorageError, open_storage
+from corgi_io.errors import StorageError
+from corgi_io.storage import open_storage
 
 from .decode import get_decoder
 from .distributed import gather_cost_models, rank_and_world, worker_and_count

@@ -1,0 +1,63 @@
+"""The one error hierarchy of corgi-io.
+
+Every error that corgi-io raises on purpose is a :class:`CorgiError`; its message is one
+line that names the file (and, where it has one, the byte offset and the sample key).
+The CLI prints such errors as one line with a non-zero exit; anything else is a bug and
+keeps its traceback.  Each class also derives from the built-in exception that callers
+caught before the hierarchy existed (ValueError, RuntimeError, OSError), so that code
+written against those keeps working.
+
+    CorgiError
+    ├── ManifestError     a manifest that is missing, malformed or inconsistent
+    ├── FormatError       shard bytes that do not parse (carries the byte offset)
+    ├── CorpusError       a SOURCE that cannot become a corpus
+    │   └── BadInput      one input file that cannot be packed (skipped, or fatal under --strict)
+    ├── PackError         a pack that cannot proceed
+    ├── CorruptDataError  bytes read by the loader that fail their checksum or their decoder
+    └── StorageError      a read or write that failed (also an OSError)
+"""
+from __future__ import annotations
+
+
+class CorgiError(Exception):
+    """Base of every error corgi-io raises on purpose; the message is one line."""
+
+
+class ManifestError(CorgiError, ValueError):
+    """A manifest that is missing, of an unsupported version, malformed, or inconsistent with itself."""
+
+
+class FormatError(CorgiError, ValueError):
+    """Shard bytes that do not parse; `offset` is the absolute byte offset of the problem."""
+
+    def __init__(self, offset: int, message: str):
+        super().__init__(f"byte offset {offset}: {message}")
+        self.offset = offset
+
+
+class CorpusError(CorgiError, ValueError):
+    """SOURCE cannot be turned into a corpus: missing, empty, or a malformed listing."""
+
+
+class BadInput(CorpusError):
+    """One input file that cannot be packed; the message says why in plain text."""
+
+
+class PackError(CorgiError, RuntimeError):
+    """The pack cannot proceed (strict mode hit a bad file, OUTPUT holds something else, a write failed)."""
+
+
+class CorruptDataError(CorgiError, ValueError):
+    """Bytes that the loader read but cannot trust: a checksum mismatch, a resized shard, or a failed decode.
+
+    `shard`, `offset` and `key` locate the first bad sample (any may be None when unknown).
+    """
+
+    def __init__(self, message: str, *, shard: str | None = None, offset: int | None = None, key: str | None = None):
+        super().__init__(message)
+        self.shard, self.offset, self.key = shard, offset, key
+
+
+class StorageError(CorgiError, OSError):
+    """A read or write that failed or came back short; the message names the file and offset."""
+
