@@ -8,10 +8,10 @@ the process pool's pipe cost as much as encoding them (bench/pack.py, 38 MB: +55
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.formats import get_format
 from corgi_io.errors import BadInput
 from corgi_io.sizing import load_size_fn, probe_size
@@ -39,7 +39,7 @@ class EncodedBlock:
     length: list = field(default_factory=list)
     data_offset: list = field(default_factory=list)
     size: list = field(default_factory=list)
-    crc32: list = field(default_factory=list)
+    checksum: list = field(default_factory=list)  # DEFAULT_CHECKSUM of each record's bytes
     skipped: list = field(default_factory=list)  # (position, path, reason)
     payload_bytes: int = 0
 
@@ -49,7 +49,7 @@ def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None =
 
     With `spill_path`, the record bytes go to that file instead of `data`.
     """
-    fmt = get_format(format_name)
+    fmt, checksum = get_format(format_name), checksum_function(DEFAULT_CHECKSUM)
     size_fn = load_size_fn(size_fn_spec) if size_fn_spec else None
     block, parts, position = EncodedBlock(), [], 0
     for item in items:
@@ -66,11 +66,11 @@ def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None =
         record, data_offset = fmt.encode(item.key, item.ext, payload, item.label, size)
         crc, length = 0, 0
         for part in record:
-            crc = zlib.crc32(part, crc)
+            crc = checksum(part, crc)
             length += len(part)
         parts += record
         for column, value in ((block.position, item.position), (block.offset, position), (block.length, length),
-                              (block.data_offset, position + data_offset), (block.size, size), (block.crc32, crc)):
+                              (block.data_offset, position + data_offset), (block.size, size), (block.checksum, crc)):
             column.append(value)
         position += length
         block.payload_bytes += len(payload)

@@ -1,44 +1,51 @@
 """The dataset manifest: the contract between `corgi pack` and everything that reads a pack.
 
-A pack directory holds two manifest files beside its shards:
+A pack directory holds, beside its shards:
 
-* ``manifest.json`` - the head: format version, shard format, creation options, label
-  index, shards, skipped inputs, and the name/size of the column file.  Human-readable.
-* ``manifest.npz`` - the per-sample and per-block columns as plain numpy arrays
-  (``np.load`` with object arrays refused: data, never code).  Keys are stored as one UTF-8
-  blob plus offsets, so a million keys load as two arrays instead of a million objects.
+* ``manifest.json`` - the head: format version, shard format, creation options, label and
+  extension indexes, the checksum function, shards, skipped inputs, and the row counts of
+  the columns.  Human-readable.
+* ``columns/<name>.npy`` - one flat, uncompressed array per per-sample or per-block column
+  (and the keys as one UTF-8 blob plus offsets).  Local packs memory-map them, so opening a
+  pack does not copy them and every process on a node shares one page cache.
 
-The column file is written first and the head last, both atomically, so a head on disk
-always describes a complete pack.  Every load is validated; a problem raises
-:class:`ManifestError` with a one-line message naming the file.
+The columns are written first and the head last, each atomically, so a head on disk always
+describes complete columns.  Every input is untrusted: the head is type-checked, every
+column's dtype, length and file size must match the schema and the head before it is read,
+and the columns are validated against each other.  Any problem raises :class:`ManifestError`
+with one line naming the file.  Version-1 packs (one ``manifest.npz``, zlib CRC32) still open.
 """
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from corgi_io.column_files import column_from_bytes, map_local_column, read_npz_members
 from corgi_io.errors import ManifestError
+from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, parse_head, validate
 
-MANIFEST_VERSION = 1
+__all__ = ["FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest", "save_manifest"]
+
+MANIFEST_VERSION = 2
 HEAD_NAME = "manifest.json"
-COLUMNS_NAME = "manifest.npz"
-FORMATS = ("wds", "tfrecord")
-KINDS = ("image", "video", "text")
+COLUMNS_DIR = "columns"
+V1_COLUMNS_NAME = "manifest.npz"
+PACK_METADATA = (HEAD_NAME, COLUMNS_DIR, V1_COLUMNS_NAME)  # everything in OUTPUT that is not a shard
 
 SAMPLE_COLUMNS = {
-    "label": np.int32,        # class id, -1 when unlabeled
+    "label": np.int32,        # class id into the head's labels, -1 when unlabeled
     "kind": np.uint8,         # index into KINDS
+    "ext": np.uint16,         # index into the head's extensions (the original file's, lower case)
     "bytes": np.int64,        # payload bytes (the original file, unchanged)
     "size": np.int64,         # work units: pixels, frames, tokens or a custom size
     "shard": np.int32,        # index into head["shards"]
     "offset": np.int64,       # record start in the shard (tar headers / TFRecord framing included)
     "length": np.int64,       # record length
     "data_offset": np.int64,  # payload start in the shard
-    "crc32": np.uint32,       # zlib.crc32 of the record bytes, checked by `corgi verify`
+    "checksum": np.uint32,    # head["checksum"] of the record bytes, checked by the loader and `corgi verify`
 }
 BLOCK_COLUMNS = {
     "shard": np.int32,
@@ -48,6 +55,7 @@ BLOCK_COLUMNS = {
     "count": np.int64,
     "size_sum": np.int64,
 }
+KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
 
 
 @dataclass(frozen=True)
@@ -81,9 +89,12 @@ class Manifest:
     """An opened pack: head fields plus per-sample (`samples`) and per-block (`blocks`) columns."""
 
     root: str
+    version: int
     format: str
+    checksum: str
     options: dict
     labels: list
+    extensions: list
     shards: list
     skipped: list
     samples: Columns
@@ -120,26 +131,50 @@ def encode_keys(keys) -> tuple:
     return blob, offsets
 
 
+def column_path(name: str) -> str:
+    """Path of column `name` (e.g. "sample_size") relative to the pack root."""
+    return f"{COLUMNS_DIR}/{name}.npy"
+
+
+def _schema() -> dict:
+    """{column file name: dtype} of every column of the current version."""
+    return {**{f"sample_{n}": t for n, t in SAMPLE_COLUMNS.items()},
+            **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS}
+
+
+def _declared_rows(counts: dict) -> dict:
+    """{column file name: rows} that a version-2 head's counts declare."""
+    rows = {"key_blob": counts["key_bytes"], "key_offsets": counts["samples"] + 1}
+    rows.update({f"sample_{n}": counts["samples"] for n in SAMPLE_COLUMNS})
+    rows.update({f"block_{n}": counts["blocks"] for n in BLOCK_COLUMNS})
+    return rows
+
+
 def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
-    """Write the column file then the head, each atomically (temporary name, then rename)."""
-    from corgi_io.storage import write_atomic
+    """Write every column then the head, each atomically (temporary name, then rename)."""
+    from corgi_io.storage import atomic_output
 
     root = Path(root)
     key_blob, key_offsets = encode_keys(keys)
-    arrays = {f"sample_{n}": np.ascontiguousarray(samples[n], dtype=t) for n, t in SAMPLE_COLUMNS.items()}
-    arrays.update({f"block_{n}": np.ascontiguousarray(blocks[n], dtype=t) for n, t in BLOCK_COLUMNS.items()})
-    arrays["key_blob"], arrays["key_offsets"] = key_blob, key_offsets
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    columns = buffer.getvalue()
-    write_atomic(root / COLUMNS_NAME, columns)
-    head = dict(head, corgi_manifest_version=MANIFEST_VERSION,
-                columns={"file": COLUMNS_NAME, "bytes": len(columns)})
-    write_atomic(root / HEAD_NAME, json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
+    arrays = {**{f"sample_{n}": samples[n] for n in SAMPLE_COLUMNS}, **{f"block_{n}": blocks[n] for n in BLOCK_COLUMNS},
+              "key_blob": key_blob, "key_offsets": key_offsets}
+    (root / COLUMNS_DIR).mkdir(exist_ok=True)
+    for name, dtype in _schema().items():
+        with atomic_output(root / column_path(name)) as f:
+            np.save(f, np.ascontiguousarray(arrays[name], dtype=np.dtype(dtype).newbyteorder("<")),
+                    allow_pickle=False)
+    counts = {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)}
+    head = dict(head, corgi_manifest_version=MANIFEST_VERSION, counts=counts)
+    with atomic_output(root / HEAD_NAME) as f:
+        f.write(json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
 
 
 def open_manifest(source) -> Manifest:
-    """Open and validate the manifest of a pack at a local path or fsspec URL (or pass one through)."""
+    """Open and validate the manifest of a pack at a local path or fsspec URL (or pass one through).
+
+    Raises ManifestError, with one line naming the file, for anything missing or malformed, and
+    StorageError when the storage itself cannot be reached.
+    """
     if isinstance(source, Manifest):
         return source
     from corgi_io.storage import open_storage
@@ -149,108 +184,61 @@ def open_manifest(source) -> Manifest:
     head_url = storage.url(HEAD_NAME)
     if not storage.exists(HEAD_NAME):
         raise ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")
-    try:
-        head = json.loads(storage.read_all(HEAD_NAME))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{head_url}: not valid JSON ({exc})") from None
-    columns_url = storage.url(COLUMNS_NAME)
-    _check_head(head, head_url)
-    raw = storage.read_all(head["columns"]["file"])
-    if len(raw) != head["columns"]["bytes"]:
-        raise ManifestError(f"{columns_url}: {len(raw)} bytes, head says {head['columns']['bytes']}")
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except (ValueError, OSError, KeyError) as exc:
-        raise ManifestError(f"{columns_url}: unreadable column file ({exc})") from None
-    manifest = _build(root, head, arrays, columns_url)
-    validate(manifest, columns_url)
+    if storage.size(HEAD_NAME) > MAX_HEAD_BYTES:
+        raise ManifestError(f"{head_url}: larger than {MAX_HEAD_BYTES} bytes; not a manifest head")
+    head = parse_head(_read_whole(storage, HEAD_NAME), head_url)
+    arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _read_columns(storage, head)
+    manifest = _build(root, head, arrays)
+    validate(manifest, storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME))
     return manifest
 
 
-def _check_head(head: dict, where: str) -> None:
-    if not isinstance(head, dict):
-        raise ManifestError(f"{where}: the head is not a JSON object")
-    version = head.get("corgi_manifest_version")
-    if version != MANIFEST_VERSION:
-        raise ManifestError(f"{where}: manifest version {version!r}, this corgi-io reads version {MANIFEST_VERSION}")
-    for name in ("format", "options", "labels", "shards", "skipped", "columns"):
-        if name not in head:
-            raise ManifestError(f"{where}: missing field {name!r}")
-    if head["format"] not in FORMATS:
-        raise ManifestError(f"{where}: unknown shard format {head['format']!r}")
-
-
-def _build(root: str, head: dict, arrays: dict, where: str) -> Manifest:
-    def take(prefix, spec):
-        out = {}
-        for name, dtype in spec.items():
-            array = arrays.get(prefix + name)
-            if array is None:
-                raise ManifestError(f"{where}: missing column {prefix + name!r}")
-            if array.dtype != dtype or array.ndim != 1:
-                raise ManifestError(f"{where}: column {prefix + name!r} is {array.dtype}{array.shape}, expected 1-D {np.dtype(dtype)}")
-            out[name] = array
-        return Columns(out)
-
-    for name in ("key_blob", "key_offsets"):
-        if name not in arrays:
-            raise ManifestError(f"{where}: missing column {name!r}")
+def _read_whole(storage, relpath: str) -> bytes:
+    """A whole manifest file; a missing or unreadable one is a ManifestError, storage trouble a StorageError."""
     try:
-        shards = [Shard(s["path"], int(s["bytes"]), int(s["first_sample"]), int(s["samples"])) for s in head["shards"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ManifestError(f"{where}: malformed shard entry ({exc})") from None
-    return Manifest(root=root, format=head["format"], options=head["options"], labels=list(head["labels"]),
-                    shards=shards, skipped=list(head["skipped"]), samples=take("sample_", SAMPLE_COLUMNS),
-                    blocks=take("block_", BLOCK_COLUMNS), key_blob=arrays["key_blob"],
-                    key_offsets=arrays["key_offsets"])
+        return storage.read_all(relpath)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise ManifestError(f"{storage.url(relpath)}: cannot read ({exc.strerror or type(exc).__name__})") from None
 
 
-def validate(m: Manifest, where: str) -> None:
-    """Check that columns, blocks and shards agree; vectorised so a million samples cost milliseconds."""
-    n, s, b = m.num_samples, m.samples, m.blocks
+def _read_columns(storage, head: dict) -> dict:
+    """The columns of a version-2 pack: memory-mapped when local, read whole when remote."""
+    from corgi_io.storage import LocalStorage
 
-    def fail(message):
-        raise ManifestError(f"{where}: {message}")
+    rows, arrays = _declared_rows(head["counts"]), {}
+    for name, dtype in _schema().items():
+        url = storage.url(column_path(name))
+        if isinstance(storage, LocalStorage):
+            arrays[name] = map_local_column(url, dtype, rows[name], url)
+        else:
+            arrays[name] = column_from_bytes(_read_whole(storage, column_path(name)), dtype, rows[name], url)
+    return arrays
 
-    if len(s) != n:
-        fail(f"{len(s)} sample rows but {n} keys")
-    if m.key_offsets[0] != 0 or m.key_offsets[-1] != len(m.key_blob) or np.any(np.diff(m.key_offsets) < 0):
-        fail("key offsets do not index the key blob")
-    shard_bytes = np.array([sh.bytes for sh in m.shards], dtype=np.int64)
-    shard_first = np.array([sh.first_sample for sh in m.shards], dtype=np.int64)
-    shard_count = np.array([sh.samples for sh in m.shards], dtype=np.int64)
-    if shard_count.sum() != n or np.any(shard_first != np.concatenate([[0], np.cumsum(shard_count)[:-1]])):
-        fail("shard sample ranges do not tile the samples")
-    if n and (s.shard.min() < 0 or s.shard.max() >= len(m.shards)):
-        fail("a sample names a shard that does not exist")
-    if np.any(s.shard != np.repeat(np.arange(len(m.shards), dtype=np.int32), shard_count)):
-        fail("sample shard ids disagree with the shard sample ranges")
-    end = s.offset + s.length
-    bad = np.flatnonzero((s.offset < 0) | (s.length <= 0) | (end > shard_bytes[s.shard]) if n else [])
-    if len(bad):
-        i = int(bad[0])
-        fail(f"sample {i} ({m.key(i)!r}) spans bytes {s.offset[i]}..{end[i]} but shard "
-             f"{m.shards[s.shard[i]].path} has {shard_bytes[s.shard[i]]} bytes")
-    bad = np.flatnonzero((s.data_offset < s.offset) | (s.data_offset + s.bytes > end))
-    if len(bad):
-        fail(f"sample {int(bad[0])} ({m.key(int(bad[0]))!r}): payload lies outside its record")
-    if n and np.any((s.label < -1) | (s.label >= max(len(m.labels), 0))):
-        fail("a label id is outside the label index")
-    if n and s.kind.max() >= len(KINDS):
-        fail("an unknown sample kind code")
-    if b.count.sum() != n or np.any(b.count <= 0) or np.any(b.first != np.concatenate([[0], np.cumsum(b.count)[:-1]])):
-        fail("block sample ranges do not tile the samples")
-    if len(b.first) == 0:
-        return
-    last = b.first + b.count - 1
-    if np.any(s.shard[b.first] != b.shard) or np.any(s.shard[last] != b.shard):
-        fail("a block crosses a shard boundary")
-    if np.any(b.offset != s.offset[b.first]) or np.any(b.offset + b.length != end[last]):
-        fail("block byte ranges disagree with their samples")
-    inner = np.ones(n, dtype=bool)
-    inner[b.first] = False  # contiguous inside a block: each record starts where the previous ended
-    if np.any(s.offset[1:][inner[1:]] != end[:-1][inner[1:]]):
-        fail("samples inside a block are not contiguous")
-    if np.any(np.add.reduceat(s.size, b.first) != b.size_sum):
-        fail("block size sums disagree with sample sizes")
+
+def _read_v1_columns(storage, head: dict) -> dict:
+    """The columns of a version-1 pack (one uncompressed npz, zlib CRC32, no extension column)."""
+    where = storage.url(V1_COLUMNS_NAME)
+    raw = _read_whole(storage, V1_COLUMNS_NAME)
+    if len(raw) != head["columns_bytes"]:
+        raise ManifestError(f"{where}: {len(raw)} bytes, head says {head['columns_bytes']}")
+    members = read_npz_members(raw, where)
+    renamed = {"sample_checksum": "sample_crc32"}
+    arrays = {}
+    for name, dtype in _schema().items():
+        if name == "sample_ext":
+            continue
+        member = members.get(renamed.get(name, name))
+        if member is None:
+            raise ManifestError(f"{where}: missing column {renamed.get(name, name)!r}")
+        arrays[name] = column_from_bytes(member, dtype, None, f"{where}: column {renamed.get(name, name)!r}")
+    arrays["sample_ext"] = np.zeros(len(arrays["key_offsets"]) - 1, dtype=np.uint16)  # extension unknown: ""
+    return arrays
+
+
+def _build(root: str, head: dict, arrays: dict) -> Manifest:
+    samples = Columns({n: arrays[f"sample_{n}"] for n in SAMPLE_COLUMNS})
+    blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
+    return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
+                    options=head["options"], labels=head["labels"], extensions=head["extensions"],
+                    shards=[Shard(*s) for s in head["shards"]], skipped=head["skipped"], samples=samples,
+                    blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"])

@@ -24,8 +24,9 @@ from corgi_io import layout
 from corgi_io.corpus import Corpus, discover
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
-from corgi_io.manifest import HEAD_NAME, KINDS, open_manifest, save_manifest
+from corgi_io.manifest import HEAD_NAME, KINDS, MANIFEST_VERSION, PACK_METADATA, open_manifest, save_manifest
 from corgi_io.block_encoder import Item, encode_block
+from corgi_io.checksum import DEFAULT_CHECKSUM
 from corgi_io.shard_writer import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished
 from corgi_io.sizing import load_size_fn
 from corgi_io.storage import write_atomic
@@ -63,7 +64,7 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
         load_size_fn(options.size_fn)  # fail before any work, not in every worker
     corpus = discover(source, options.kind, options.label_index)
     output = Path(output)
-    identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()),
+    identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()), manifest_version=MANIFEST_VERSION,
                                           corpus=corpus.fingerprint())))  # as it reads back from JSON
     if _prepare_output(output, identity, overwrite):
         return open_manifest(output)
@@ -155,8 +156,8 @@ def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
     if head_path.exists() and not overwrite:
         return True
     if overwrite:
-        for stale in [head_path, output / "manifest.npz", *output.glob("shard-*")]:
-            stale.unlink(missing_ok=True)
+        for stale in [*(output / name for name in PACK_METADATA), *output.glob("shard-*")]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
         shutil.rmtree(output / PARTIAL_DIR, ignore_errors=True)
     for leftover in [*output.glob(".*.tmp-*"), *output.glob(f"{PARTIAL_DIR}/*.spill")]:
         leftover.unlink()
@@ -168,12 +169,13 @@ def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, sha
     columns = {name: np.concatenate([np.asarray(r[name], dtype=np.int64) for r in records])
                for name in SHARD_COLUMNS}
     source = order[columns["position"]]
+    extensions, ext_ids = np.unique(np.asarray(corpus.exts, dtype=str), return_inverse=True)
     counts = [len(r["offset"]) for r in records]
     shard = np.repeat(np.arange(len(records)), counts)
     samples = dict(label=labels[source], kind=np.asarray(corpus.kinds)[source],
                    bytes=np.asarray(corpus.nbytes, dtype=np.int64)[source], size=columns["size"], shard=shard,
                    offset=columns["offset"], length=columns["length"], data_offset=columns["data_offset"],
-                   crc32=columns["crc32"])
+                   checksum=columns["checksum"], ext=ext_ids[source])
     # a block is a run of written samples that share a planned block (skips may empty or shrink one)
     first = np.flatnonzero(np.diff(columns["block"], prepend=-1) != 0) if len(source) else np.zeros(0, np.int64)
     count = np.diff(np.append(first, len(source)))
@@ -184,6 +186,7 @@ def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, sha
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
     head["shards"] = [{"path": name, "bytes": r["bytes"], "first_sample": int(s), "samples": c}
                       for name, r, s, c in zip(shard_names, records, starts, counts)]
+    head["extensions"], head["checksum"] = extensions.tolist() or [""], DEFAULT_CHECKSUM
     head["skipped"] = corpus.skipped + [s for r in records for s in r["skipped"]]
     save_manifest(output, head, samples, blocks, [corpus.keys[i] for i in source])
 

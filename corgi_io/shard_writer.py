@@ -16,7 +16,7 @@ from pathlib import Path
 from corgi_io.block_encoder import EncodedBlock
 from corgi_io.storage import write_atomic
 
-COLUMNS = ("position", "block", "offset", "length", "data_offset", "size", "crc32")
+COLUMNS = ("position", "block", "offset", "length", "data_offset", "size", "checksum")
 
 
 class ShardWriter:
@@ -40,7 +40,7 @@ class ShardWriter:
         self.columns["block"] += [block_index] * len(block.position)
         self.columns["offset"] += [base + o for o in block.offset]
         self.columns["data_offset"] += [base + o for o in block.data_offset]
-        for name in ("length", "size", "crc32"):
+        for name in ("length", "size", "checksum"):
             self.columns[name] += getattr(block, name)
         self.position += size
         if self._flushing is None or self._flushing.done():

@@ -7,11 +7,11 @@ manifest.  The first problem is reported with its shard and absolute byte offset
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from corgi_io.checksum import checksum_function
 from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
@@ -71,12 +71,12 @@ def _check_shard_length(storage, shard, fmt):
 
 
 def _check_block(m, fmt, path: str, data: bytes, first: int, count: int, base: int):
-    s = m.samples
+    s, checksum = m.samples, checksum_function(m.checksum)
     view = memoryview(data)
     for i in range(first, first + count):
         start = int(s.offset[i]) - base
-        if zlib.crc32(view[start: start + int(s.length[i])]) != int(s.crc32[i]):
-            return Problem(path, int(s.offset[i]), f"sample {m.key(i)!r}: CRC32 mismatch (record bytes changed)")
+        if checksum(view[start: start + int(s.length[i])]) != int(s.checksum[i]):
+            return Problem(path, int(s.offset[i]), f"sample {m.key(i)!r}: {m.checksum} mismatch (record bytes changed)")
     try:
         records = list(fmt.parse_block(data, base))
     except FormatError as exc:

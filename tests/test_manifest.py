@@ -1,7 +1,6 @@
 """The manifest: fields, consistent per-sample columns, and one-line validation errors naming the file."""
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
@@ -27,14 +26,18 @@ def test_head_fields(packed_mixed, mixed_corpus, fmt):
     assert head["options"]["shard_bytes"] == 40 << 10 and head["options"]["block_bytes"] == 24 << 10
     assert head["options"]["order"] == "shuffle" and head["options"]["seed"] == 0
     assert isinstance(head["created"], str)
-    assert head["columns"] == {"file": "manifest.npz", "bytes": (out / "manifest.npz").stat().st_size}
+    exts = {rel.rsplit(".", 1)[-1].lower() for rel in expected}
+    assert head["checksum"] == "crc32c" and head["extensions"] == sorted(exts)
+    m = open_manifest(out)
+    assert head["counts"] == {"samples": len(expected), "blocks": len(m.blocks),
+                              "key_bytes": sum(len(k.encode()) for k in m.keys())}
     shards = head["shards"]
     assert [s["path"] for s in shards] == sorted(p.name for p in out.glob("shard-*") if not p.name.endswith(".index"))
     for s in shards:
         assert s["bytes"] == (out / s["path"]).stat().st_size
     assert sum(s["samples"] for s in shards) == len(expected)
-    with np.load(out / "manifest.npz", allow_pickle=False) as npz:  # plain arrays, no pickle
-        assert all(npz[name].dtype != object for name in npz.files)
+    for column in (out / "columns").glob("*.npy"):  # plain flat arrays, no pickle
+        assert np.load(column, allow_pickle=False, mmap_mode="r").ndim == 1
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -43,10 +46,11 @@ def test_columns_are_consistent(packed_mixed, mixed_corpus, fmt):
     m = open_manifest(packed_mixed(fmt))
     s, b, n = m.samples, m.blocks, m.num_samples
     assert n == len(expected) == len(m.keys())
-    for name in ("label", "kind", "bytes", "size", "shard", "offset", "length", "data_offset", "crc32"):
+    for name in ("label", "kind", "bytes", "size", "shard", "offset", "length", "data_offset", "checksum", "ext"):
         assert len(getattr(s, name)) == n, name
     assert sorted(m.kind_name(i) for i in range(n)) == sorted(e.kind for e in expected.values())
     assert sorted(m.labels[i] for i in s.label) == sorted(e.label_name for e in expected.values())
+    assert sorted(m.extensions[i] for i in s.ext) == sorted(rel.rsplit(".", 1)[-1].lower() for rel in expected)
     assert sorted(s.bytes.tolist()) == sorted(e.nbytes for e in expected.values())
     assert sorted(s.size.tolist()) == sorted(e.size for e in expected.values())
     assert set(s.kind.tolist()) <= set(range(len(KINDS)))
@@ -71,8 +75,8 @@ def test_columns_are_consistent(packed_mixed, mixed_corpus, fmt):
     assert int(b.count.max()) <= 3
 
 
-def test_crc32_column_matches_record_bytes(packed_mixed):
-    import zlib
+def test_checksum_column_is_crc32c_of_record_bytes(packed_mixed):
+    import crc32c
 
     out = packed_mixed("wds")
     m = open_manifest(out)
@@ -80,7 +84,7 @@ def test_crc32_column_matches_record_bytes(packed_mixed):
     for i in range(m.num_samples):
         with open(out / m.shards[int(s.shard[i])].path, "rb") as f:
             f.seek(int(s.offset[i]))
-            assert zlib.crc32(f.read(int(s.length[i]))) == int(s.crc32[i])
+            assert crc32c.crc32c(f.read(int(s.length[i]))) == int(s.checksum[i])
 
 
 def test_open_manifest_accepts_string_and_manifest(packed_mixed):
@@ -108,14 +112,16 @@ def edit_head(out: Path, change) -> None:
 
 
 def edit_columns(out: Path, change) -> None:
-    """Rewrite manifest.npz after `change(arrays)`, and keep the head's byte count right."""
-    with np.load(out / "manifest.npz", allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+    """Rewrite the columns/*.npy files after `change(arrays)`; the head's counts follow the new lengths."""
+    arrays = {path.stem: np.load(path, allow_pickle=False) for path in (out / "columns").glob("*.npy")}
     change(arrays)
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    (out / "manifest.npz").write_bytes(buffer.getvalue())
-    edit_head(out, lambda head: head["columns"].update(bytes=len(buffer.getvalue())))
+    for path in (out / "columns").glob("*.npy"):
+        path.unlink()
+    for name, array in arrays.items():
+        np.save(out / "columns" / f"{name}.npy", array)
+    counts = {"samples": len(arrays.get("key_offsets", [0])) - 1, "blocks": len(arrays.get("block_first", [])),
+              "key_bytes": len(arrays.get("key_blob", []))}
+    edit_head(out, lambda head: head.update(counts=counts))
 
 
 def manifest_error(out: Path, file_name: str) -> str:
@@ -152,7 +158,7 @@ def test_no_version(pack_copy):
     assert "version" in manifest_error(pack_copy, "manifest.json")
 
 
-@pytest.mark.parametrize("field", ["format", "options", "labels", "shards", "skipped", "columns"])
+@pytest.mark.parametrize("field", ["format", "options", "labels", "shards", "skipped", "checksum", "extensions", "counts"])
 def test_missing_field(pack_copy, field):
     edit_head(pack_copy, lambda head: head.pop(field))
     message = manifest_error(pack_copy, "manifest.json")
@@ -173,31 +179,35 @@ def test_head_not_json(pack_copy):
                                           ("sample_label", np.int64), ("block_length", np.uint64)])
 def test_column_with_wrong_dtype(pack_copy, column, dtype):
     edit_columns(pack_copy, lambda a: a.update({column: a[column].astype(dtype)}))
-    message = manifest_error(pack_copy, "manifest.npz")
-    assert repr(column) in message and np.dtype(dtype).name in message
+    message = manifest_error(pack_copy, f"columns/{column}.npy")
+    assert np.dtype(dtype).name in message
 
 
 def test_column_with_wrong_shape(pack_copy):
     edit_columns(pack_copy, lambda a: a.update(sample_size=a["sample_size"].reshape(-1, 1)))
-    assert "'sample_size'" in manifest_error(pack_copy, "manifest.npz")
+    assert "1-D" in manifest_error(pack_copy, "columns/sample_size.npy")
 
 
-@pytest.mark.parametrize("column", ["sample_crc32", "block_first", "key_blob"])
+@pytest.mark.parametrize("column", ["sample_checksum", "block_first", "key_blob"])
 def test_missing_column(pack_copy, column):
-    edit_columns(pack_copy, lambda a: a.pop(column))
-    message = manifest_error(pack_copy, "manifest.npz")
-    assert repr(column) in message
+    (pack_copy / "columns" / f"{column}.npy").unlink()
+    assert "cannot read" in manifest_error(pack_copy, f"columns/{column}.npy")
 
 
-def test_column_file_size_disagrees_with_head(pack_copy):
-    edit_head(pack_copy, lambda head: head["columns"].update(bytes=head["columns"]["bytes"] + 1))
-    assert "bytes" in manifest_error(pack_copy, "manifest.npz")
+def test_column_rows_disagree_with_head_counts(pack_copy):
+    edit_head(pack_copy, lambda head: head["counts"].update(blocks=head["counts"]["blocks"] + 1))
+    assert "head declares" in manifest_error(pack_copy, "columns/block_shard.npy")
 
 
-def test_column_file_not_npz(pack_copy):
-    (pack_copy / "manifest.npz").write_bytes(b"garbage" * 10)
-    edit_head(pack_copy, lambda head: head["columns"].update(bytes=70))
-    manifest_error(pack_copy, "manifest.npz")
+def test_column_file_truncated(pack_copy):
+    path = pack_copy / "columns" / "sample_offset.npy"
+    path.write_bytes(path.read_bytes()[:-8])
+    assert "bytes" in manifest_error(pack_copy, "columns/sample_offset.npy")
+
+
+def test_column_file_not_npy(pack_copy):
+    (pack_copy / "columns" / "sample_size.npy").write_bytes(b"garbage" * 10)
+    assert "not a valid .npy" in manifest_error(pack_copy, "columns/sample_size.npy")
 
 
 def test_offset_past_shard_size_in_columns(pack_copy):
@@ -208,51 +218,77 @@ def test_offset_past_shard_size_in_columns(pack_copy):
         a["sample_offset"] = a["sample_offset"].copy()
         a["sample_offset"][last] += m.shards[0].bytes
     edit_columns(pack_copy, push)
-    message = manifest_error(pack_copy, "manifest.npz")
+    message = manifest_error(pack_copy, "columns")
     assert m.shards[0].path in message and str(m.shards[0].bytes) in message
 
 
 def test_shard_bytes_smaller_than_its_records_in_head(pack_copy):
     m = open_manifest(pack_copy)
     edit_head(pack_copy, lambda head: head["shards"][1].update(bytes=1000))
-    message = manifest_error(pack_copy, "manifest.npz")
+    message = manifest_error(pack_copy, "columns")
     assert m.shards[1].path in message and "1000" in message
 
 
 def test_shard_sample_ranges_must_tile(pack_copy):
     edit_head(pack_copy, lambda head: head["shards"][0].update(samples=head["shards"][0]["samples"] + 1))
-    assert "shard" in manifest_error(pack_copy, "manifest.npz")
+    assert "shard" in manifest_error(pack_copy, "columns")
 
 
 def test_malformed_shard_entry(pack_copy):
     edit_head(pack_copy, lambda head: head["shards"][0].pop("bytes"))
-    assert "shard" in manifest_error(pack_copy, "manifest.npz")
+    assert "shard 0 bytes" in manifest_error(pack_copy, "manifest.json")
+
+
+@pytest.mark.parametrize("path", ["../SECRET.bin", "/etc/passwd", "a/../../b.tar", "http://x/y.tar", "a//b.tar",
+                                  "./a.tar", "a\nb.tar", ""])
+def test_shard_path_must_stay_inside_the_pack(pack_copy, path):
+    edit_head(pack_copy, lambda head: head["shards"][0].update(path=path.replace("\\n", "\n")))
+    assert "inside the pack" in manifest_error(pack_copy, "manifest.json")
 
 
 def test_label_outside_index(pack_copy):
     edit_head(pack_copy, lambda head: head.update(labels=["bird"]))
-    assert "label" in manifest_error(pack_copy, "manifest.npz")
+    assert "label" in manifest_error(pack_copy, "columns")
+
+
+def test_negative_size_refused(pack_copy):
+    def negate(a):
+        a["sample_size"] = -a["sample_size"]
+    edit_columns(pack_copy, negate)
+    assert "sample size outside" in manifest_error(pack_copy, "columns")
 
 
 def test_block_size_sum_disagrees(pack_copy):
     def bump(a):
         a["block_size_sum"] = a["block_size_sum"] + 1
     edit_columns(pack_copy, bump)
-    assert "size" in manifest_error(pack_copy, "manifest.npz")
+    assert "size" in manifest_error(pack_copy, "columns")
 
 
 def test_block_range_disagrees(pack_copy):
     def shrink(a):
         a["block_length"] = a["block_length"] - 1
     edit_columns(pack_copy, shrink)
-    assert "block" in manifest_error(pack_copy, "manifest.npz")
+    assert "block" in manifest_error(pack_copy, "columns")
 
 
 def test_keys_offsets_out_of_blob(pack_copy):
     def cut(a):
         a["key_blob"] = a["key_blob"][:-3]
     edit_columns(pack_copy, cut)
-    assert "key" in manifest_error(pack_copy, "manifest.npz")
+    assert "key" in manifest_error(pack_copy, "columns")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_version_1_packs_still_open_and_verify(fmt):
+    """Packs written by corgi-io 0.1 (one manifest.npz, zlib CRC32; tests/data, made by that version) still open."""
+    from corgi_io import verify
+
+    root = Path(__file__).parent / "data" / f"v1-{fmt}"
+    m = open_manifest(root)
+    assert (m.version, m.checksum, m.num_samples, m.format) == (1, "crc32", 9, fmt)
+    assert sorted(m.labels) == ["cat", "dog"] and set(m.extensions[i] for i in m.samples.ext) == {""}
+    assert verify(root, progress=False) == (9, None)
 
 
 def test_cli_reports_manifest_errors_in_one_line(pack_copy, corgi):

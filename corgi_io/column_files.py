@@ -1,0 +1,85 @@
+"""Reading untrusted `.npy` column files without trusting their headers.
+
+A manifest's columns are plain `.npy` arrays.  Before a byte of data is read, the header is
+parsed (numpy's own parser: a literal, never a pickle), and its dtype, shape and order must
+equal what the manifest's schema and head declare, and the file's length must equal the
+header plus exactly that many items.  Memory is therefore bounded by the declared sizes,
+which the head has already checked against limits.  Local files are memory-mapped (the page
+cache is shared by every process that opens the pack); remote ones are read whole.
+"""
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+
+import numpy as np
+
+from corgi_io.errors import ManifestError
+
+
+def parse_header(head: bytes, where: str) -> tuple:
+    """(dtype, shape, data offset) of an .npy file from its first bytes; ManifestError if malformed."""
+    stream = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"unsupported .npy version {version}")
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(stream, max_header_size=4096)
+    except (ValueError, SyntaxError, TypeError, EOFError, OverflowError) as exc:
+        raise ManifestError(f"{where}: not a valid .npy column ({exc})") from None
+    if fortran or dtype.hasobject:
+        raise ManifestError(f"{where}: a column must be a plain C-ordered array, not {dtype}")
+    return dtype, shape, stream.tell()
+
+
+def check_column(dtype, shape, data_offset: int, file_size: int, expected_dtype, length, where: str) -> None:
+    """Refuse a column whose dtype, shape or file size is not what the schema declares."""
+    expected_dtype = np.dtype(expected_dtype).newbyteorder("<")
+    if dtype != expected_dtype or len(shape) != 1:
+        raise ManifestError(f"{where}: column is {dtype}{tuple(shape)}, expected 1-D {expected_dtype}")
+    if length is not None and shape[0] != length:
+        raise ManifestError(f"{where}: column has {shape[0]} rows, the head declares {length}")
+    if file_size != data_offset + shape[0] * dtype.itemsize:
+        raise ManifestError(f"{where}: file is {file_size} bytes, a {shape[0]}-row {dtype} column needs "
+                            f"{data_offset + shape[0] * dtype.itemsize}")
+
+
+def map_local_column(path: str, expected_dtype, length: int, where: str) -> np.ndarray:
+    """A read-only memory map of a local .npy column, after its header and size are checked."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            dtype, shape, offset = parse_header(f.read(min(size, 4096 + 16)), where)
+    except OSError as exc:
+        raise ManifestError(f"{where}: cannot read column ({exc.strerror or exc})") from None
+    check_column(dtype, shape, offset, size, expected_dtype, length, where)
+    if shape[0] == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+def column_from_bytes(raw: bytes, expected_dtype, length, where: str) -> np.ndarray:
+    """A column from the whole bytes of an .npy file (remote packs), after the same checks."""
+    dtype, shape, offset = parse_header(raw[:4096 + 16], where)
+    check_column(dtype, shape, offset, len(raw), expected_dtype, length, where)
+    return np.frombuffer(raw, dtype=dtype, count=shape[0], offset=offset)
+
+
+def read_npz_members(raw: bytes, where: str) -> dict:
+    """{name: bytes of the .npy member} of a version-1 `manifest.npz`, refusing compressed members.
+
+    np.savez stores members uncompressed, so the members together can never be larger than the
+    archive: memory stays bounded by the file size, and a zip bomb is refused before inflating.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            infos = archive.infolist()
+            if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
+                raise ManifestError(f"{where}: compressed members are not allowed in a column file")
+            if sum(info.file_size for info in infos) > len(raw):
+                raise ManifestError(f"{where}: members claim more bytes than the archive holds")
+            return {info.filename.removesuffix(".npy"): archive.read(info) for info in infos}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as exc:
+        raise ManifestError(f"{where}: unreadable column file ({exc})") from None
