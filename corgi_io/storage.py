@@ -285,7 +285,8 @@ class FsspecStorage(Storage):
                  exc: Exception) -> StorageError:
         where = self.url(relpath) + ("" if offset is None else f" at offset {offset}")
         tries = f" after {attempts} attempts in {waited:.1f} s" if attempts > 1 else ""
-        return StorageError(f"{where}: {what} failed{tries}: {type(exc).__name__}: {exc}")
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # timeouts have no text
+        return StorageError(f"{where}: {what} failed{tries}: {detail}")
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""

@@ -7,6 +7,7 @@ import os
 import pickle
 import random
 import re
+import socket
 import threading
 import time
 import urllib.request
@@ -240,6 +241,18 @@ def test_exists_raises_when_the_server_cannot_be_asked():
                                            r"ClientConnectorError: Cannot connect to host 127\.0\.0\.1"):
         storage.exists("manifest.json")
     assert time.monotonic() - start < 1.5  # exists uses the short open budget, not retry_seconds
+
+
+def test_a_server_that_never_answers_times_out_and_is_retried():
+    """The client's own timeout bounds each attempt (aiohttp's default would wait 5 minutes)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel accepts connections; nothing ever answers
+        storage = open_storage(f"http://127.0.0.1:{silent.getsockname()[1]}", retry_seconds=0.5, backoff=0.05,
+                               client_kwargs={"timeout": aiohttp.ClientTimeout(sock_read=0.2)})
+        with pytest.raises(StorageError, match=r"a\.bin: read failed after \d+ attempts in 0\.\d s: FSTimeoutError$"):
+            storage.read_all("a.bin")
+        assert storage.retried >= 1
 
 
 def test_open_manifest_without_a_server_is_a_connection_error_not_no_manifest():
