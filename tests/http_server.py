@@ -9,6 +9,7 @@ directory, so it never touches /etc/nginx or /var/log and runs as any user.
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import shutil
@@ -137,6 +138,16 @@ http {{
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
+
+    @contextlib.contextmanager
+    def down(self):
+        """An outage: the server is stopped inside the with-block and started again, on the
+        same port, when it ends, whatever happens (tests share one session-wide server)."""
+        self.stop()
+        try:
+            yield self
+        finally:
+            self.start()
 
     def close(self) -> None:
         """Stop the server and remove its private temp directory."""

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -129,3 +131,40 @@ def test_a_truncated_shard_over_http_fails_while_reading_naming_the_url(http_roo
         for s in ds:
             got.append(s["key"])
     assert 0 < len(got) <= m.shards[-1].first_sample and got == m.keys()[:len(got)]
+
+
+def test_an_epoch_rides_out_a_3_s_server_outage(http_server, http_root, local_packs):
+    """nginx stops for 3 s mid-epoch, from another thread, and comes back: with the default
+    retry budget the epoch completes with every sample exactly once, as read locally."""
+    url = serve(http_root, local_packs["wds"], "loader-http-outage")
+    kw = dict(buffer_blocks=1, prefetch_blocks=1, seed=5)  # little read ahead: most blocks are read after the stop
+    want = pairs(CorgiPileDataset(local_packs["wds"], **kw))
+    ds = CorgiPileDataset(url, **kw)
+    stopped = threading.Event()
+
+    def outage():
+        with http_server.down():
+            stopped.set()
+            time.sleep(3)
+
+    server_thread, got, start = threading.Thread(target=outage), [], time.monotonic()
+    try:
+        for sample in ds:
+            got.append((sample["key"], sample["label"], sample["size"], sample["data"]))
+            if len(got) == 7:
+                server_thread.start()
+                assert stopped.wait(10)
+    finally:
+        if server_thread.ident is not None:
+            server_thread.join()  # the server is back up for the other tests
+    assert got == want and sorted(k for k, *_ in got) == sorted(ds.manifest.keys())
+    assert ds.storage.retried > 0 and time.monotonic() - start >= 3  # the outage was met and waited out
+
+
+def test_storage_options_set_the_retry_budget_of_the_reads(http_server, urls):
+    ds = CorgiPileDataset(urls["tfrecord"], shuffle="none", storage_options={"retry_seconds": 0.5, "backoff": 0.05})
+    with http_server.down():
+        start = time.monotonic()
+        with pytest.raises(StorageError, match=r"read failed after \d+ attempts in 0\.\d s: ClientConnectorError"):
+            pairs(ds)
+        assert 0.5 <= time.monotonic() - start < 3

@@ -1,18 +1,24 @@
 """Storage: exact ranged reads (local and real HTTP via nginx), errors, retries, atomic writes."""
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import pickle
 import random
-import functools
-import http.server
+import re
+import socket
 import threading
 import time
 import urllib.request
 
+import aiohttp
 import pytest
 
-from corgi_io.storage import (FsspecStorage, LocalStorage, StorageError, atomic_output,
+from conftest import require_nginx
+from corgi_io.errors import ManifestError
+from corgi_io.manifest import open_manifest
+from corgi_io.storage import (FsspecStorage, LocalStorage, StorageError, atomic_output, backoff_delay,
                               open_storage, write_atomic)
 from http_server import NginxServer, free_port
 
@@ -194,25 +200,140 @@ def test_http_after_fork(remote):
     assert remote.read_range("shards/a.tar", 20, 5) == DATA[20:25]
 
 
-def test_retries_with_backoff_then_names_url_and_offset():
-    storage = FsspecStorage(f"http://127.0.0.1:{free_port()}/ds", retries=3, backoff=0.05)
+def test_backoff_doubles_up_to_the_cap_with_full_jitter():
+    caps = [backoff_delay(n, 0.1, 2.0, rand=lambda: 1.0) for n in range(1, 9)]
+    assert caps == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0])
+    rand = random.Random(3).random
+    for attempt, cap in enumerate(caps, 1):
+        delays = [backoff_delay(attempt, 0.1, 2.0, rand=rand) for _ in range(400)]
+        assert 0 <= min(delays) < 0.05 * cap and 0.95 * cap < max(delays) <= cap  # spread over [0, cap]
+    assert backoff_delay(10_000, 0.1, 2.0) <= 2.0  # no overflow however long the outage
+
+
+def test_retry_budget_defaults_and_options():
+    url = f"http://127.0.0.1:{free_port()}/ds"
+    default = open_storage(url)
+    assert default.retry_seconds >= 10 and default.open_retry_seconds <= 5  # see docs/operations.md
+    custom = open_storage(url, retry_seconds=60, open_retry_seconds=0, backoff=0.5, max_backoff=8)
+    assert (custom.retry_seconds, custom.open_retry_seconds, custom.backoff, custom.max_backoff) == (60, 0, 0.5, 8)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        open_storage(url, retry_seconds=-1)
+
+
+def test_retries_for_the_time_budget_then_names_url_and_offset():
+    storage = FsspecStorage(f"http://127.0.0.1:{free_port()}/ds", retry_seconds=0.6, backoff=0.05, max_backoff=0.2)
     start = time.monotonic()
-    with pytest.raises(StorageError, match=r"/ds/x\.tar at offset 7: read failed after 4 attempts"):
+    with pytest.raises(StorageError, match=r"/ds/x\.tar at offset 7: read failed after \d+ attempts in 0\.6 s: "
+                                           r"ClientConnectorError: Cannot connect") as caught:
         storage.read_range("x.tar", 7, 10)
-    assert storage.retried == 3
-    assert time.monotonic() - start >= 0.05 + 0.1 + 0.2
+    elapsed = time.monotonic() - start
+    assert 0.6 <= elapsed < 1.5
+    attempts = int(re.search(r"after (\d+) attempts", str(caught.value)).group(1))
+    assert attempts == storage.retried + 1 and storage.retried >= 3
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
+
+
+def test_exists_raises_when_the_server_cannot_be_asked():
+    """fsspec's HTTP exists() says False for a refused connection; ours names the URL and the cause."""
+    storage = FsspecStorage(f"http://127.0.0.1:{free_port()}/ds", open_retry_seconds=0.3, backoff=0.05)
+    start = time.monotonic()
+    with pytest.raises(StorageError, match=r"/ds/manifest\.json: lookup failed after \d+ attempts in 0\.3 s: "
+                                           r"ClientConnectorError: Cannot connect to host 127\.0\.0\.1"):
+        storage.exists("manifest.json")
+    assert time.monotonic() - start < 1.5  # exists uses the short open budget, not retry_seconds
+
+
+def test_a_server_that_never_answers_times_out_and_is_retried():
+    """The client's own timeout bounds each attempt (aiohttp's default would wait 5 minutes)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel accepts connections; nothing ever answers
+        storage = open_storage(f"http://127.0.0.1:{silent.getsockname()[1]}", retry_seconds=0.5, backoff=0.05,
+                               client_kwargs={"timeout": aiohttp.ClientTimeout(sock_read=0.2)})
+        with pytest.raises(StorageError, match=r"a\.bin: read failed after \d+ attempts in 0\.\d s: FSTimeoutError$"):
+            storage.read_all("a.bin")
+        assert storage.retried >= 1
+
+
+def test_open_manifest_without_a_server_is_a_connection_error_not_no_manifest():
+    url = f"http://127.0.0.1:{free_port()}/pack"
+    start = time.monotonic()
+    with pytest.raises(StorageError, match=f"{url}/manifest.json: lookup failed .*Cannot connect") as caught:
+        open_manifest(url)
+    assert "no manifest" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
+    assert time.monotonic() - start < FsspecStorage(url).open_retry_seconds + 1.5  # a wrong URL fails fast
+
+
+def test_open_manifest_where_the_server_has_none_says_no_manifest(http_server):
+    with pytest.raises(ManifestError, match=r"no-pack-here/manifest\.json: no manifest here"):
+        open_manifest(http_server.url + "no-pack-here")
+    storage = open_storage(http_server.url + "no-pack-here")
+    assert storage.exists("manifest.json") is False and storage.retried == 0  # a 404 is an answer
+
+
+class StatusServer:
+    """Python's http.server answering `statuses` in turn (then 200 with `body`) to GET and HEAD."""
+
+    def __init__(self, statuses, body=b"payload"):
+        pending = list(statuses)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                status = pending.pop(0) if pending else 200
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body) if status == 200 else 0))
+                self.end_headers()
+                if status == 200 and self.command == "GET":
+                    self.wfile.write(body)
+
+            do_HEAD = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_5xx_is_retried_until_it_passes():
+    with StatusServer([503, 500, 502]) as server:
+        storage = FsspecStorage(server.url, retry_seconds=5, backoff=0.01, max_backoff=0.05)
+        assert storage.read_all("a.bin") == b"payload" and storage.retried == 3
+
+
+def test_exists_raises_on_5xx_past_the_budget_and_on_403_at_once():
+    with StatusServer([503] * 1000) as server:
+        storage = FsspecStorage(server.url, open_retry_seconds=0.2, backoff=0.01, max_backoff=0.05)
+        with pytest.raises(StorageError, match=r"manifest\.json: lookup failed after \d+ attempts .*503"):
+            storage.exists("manifest.json")
+        assert storage.retried >= 2
+    with StatusServer([403] * 2) as server:
+        storage = FsspecStorage(server.url)
+        with pytest.raises(StorageError, match=r"manifest\.json: lookup failed: ClientResponseError: 403"):
+            storage.exists("manifest.json")
+        assert storage.retried == 0
 
 
 def test_retry_survives_server_restart(tmp_path):
     """nginx goes down; the read retries and succeeds once it is back on the same port."""
+    require_nginx()
     (tmp_path / "a.bin").write_bytes(DATA)
     with NginxServer(tmp_path) as server:
-        storage = FsspecStorage(server.url, retries=6, backoff=0.05)
+        storage = FsspecStorage(server.url, retry_seconds=5, backoff=0.05)
         assert storage.read_range("a.bin", 0, 100) == DATA[:100]
         server.stop()
-        with pytest.raises(StorageError, match="after 2 attempts"):
-            FsspecStorage(server.url, retries=1, backoff=0.01).read_range("a.bin", 0, 1)
-        restart = threading.Timer(0.2, server.start)
+        with pytest.raises(StorageError, match=r"read failed after \d+ attempts"):
+            FsspecStorage(server.url, retry_seconds=0.05, backoff=0.01).read_range("a.bin", 0, 1)
+        restart = threading.Timer(0.5, server.start)
         restart.start()
         assert storage.read_range("a.bin", 1000, 5000) == DATA[1000:6000]
         restart.join()
