@@ -169,18 +169,19 @@ def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
         f.write(json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
 
 
-def open_manifest(source) -> Manifest:
+def open_manifest(source, storage_options: dict | None = None) -> Manifest:
     """Open and validate the manifest of a pack at a local path or fsspec URL (or pass one through).
 
-    Raises ManifestError, with one line naming the file, for anything missing or malformed, and
-    StorageError when the storage itself cannot be reached.
+    `storage_options` go to `open_storage` (credentials, retry budgets).  Raises ManifestError,
+    with one line naming the file, for anything missing or malformed, and StorageError when the
+    storage itself cannot be reached.
     """
     if isinstance(source, Manifest):
         return source
     from corgi_io.storage import open_storage
 
     root = str(source)
-    storage = open_storage(root)
+    storage = open_storage(root, **(storage_options or {}))
     head_url = storage.url(HEAD_NAME)
     if not storage.exists(HEAD_NAME):
         raise ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")

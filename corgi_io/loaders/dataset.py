@@ -57,7 +57,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         if batch_size is not None and shuffle != "corgipile":
             raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
                              "shuffle='corgipile'")
-        self.manifest = open_manifest(source)
+        self.manifest = open_manifest(source, storage_options)
         self.shuffle, self.buffer_blocks, self.seed = shuffle, int(buffer_blocks), int(seed)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.drop_last, self.balance, self.batch_size = drop_last, balance, batch_size
