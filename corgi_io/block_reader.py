@@ -18,13 +18,20 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from corgi_io.manifest import Manifest
+from corgi_io.read_checks import PieceVerifier
 
 
 class BlockReader:
-    """Reads the pieces of a buffer plan through a Storage, `prefetch_pieces` ahead."""
+    """Reads the pieces of a buffer plan through a Storage, `prefetch_pieces` ahead.
 
-    def __init__(self, manifest: Manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None):
+    With `verify` (the default) every piece passes `PieceVerifier` in the reading thread: its
+    shard's size and every record's checksum are checked before any of its samples is yielded.
+    """
+
+    def __init__(self, manifest: Manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
+                 verify: bool = True):
         self.manifest, self.storage = manifest, storage
+        self.verifier = PieceVerifier(manifest, storage) if verify else None
         self.prefetch_pieces = max(1, prefetch_pieces)
         threads = storage.concurrent_reads if read_threads is None else read_threads
         self.read_threads = max(1, min(threads, self.prefetch_pieces))
@@ -84,7 +91,14 @@ class BlockReader:
                         future.cancel()
 
     def _read(self, piece):
-        return piece, self.storage.read_range(*self.byte_range(piece))
+        """Read one piece (in a reading thread) and, with verification on, check it before it is split."""
+        _, start, stop = (int(x) for x in piece)
+        if self.verifier is not None:
+            self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
+        data = self.storage.read_range(*self.byte_range(piece))
+        if self.verifier is not None:
+            self.verifier.check_records(start, stop, data)
+        return piece, data
 
     def _split(self, piece, data: bytes, resident: dict, repeats: dict) -> int:
         """Cut a piece into sample dicts by the manifest's payload offsets; returns the bytes added."""

@@ -18,7 +18,8 @@ from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
 from corgi_io.pack import PackOptions, pack
 from corgi_io.schedule import block_pieces, buffer_plan, piece_samples
-from corgi_io.storage import LocalStorage, StorageError
+from corgi_io import CorruptDataError, StorageError
+from corgi_io.storage import LocalStorage
 from corpus_factory import make_image_corpus, write_text
 
 
@@ -155,26 +156,34 @@ def truncated(packed, tmp_path):
     return copy, m, m.shards[-1].path
 
 
+# unverified, a truncated shard fails at the short read; verified, at the size check before its first read
+READ_ERRORS = [(False, StorageError), (True, CorruptDataError)]
+
+
 @pytest.mark.parametrize("prefetch", [1, 4])
-def test_a_read_error_surfaces_in_the_consumer_naming_the_file(truncated, prefetch):
+@pytest.mark.parametrize("verify,error", READ_ERRORS)
+def test_a_read_error_surfaces_in_the_consumer_naming_the_file(truncated, prefetch, verify, error):
     root, m, name = truncated
     before = set(threading.enumerate())
     got = []
-    with pytest.raises(StorageError, match=name) as info:
-        for s in BlockReader(m, LocalStorage(root), prefetch).samples(buffer_plan(all_pieces(m), shuffle="none",
-                                                                                  buffer_pieces=1)):
+    with pytest.raises(error, match=name) as info:
+        for s in BlockReader(m, LocalStorage(root), prefetch, verify=verify).samples(
+                buffer_plan(all_pieces(m), shuffle="none", buffer_pieces=1)):
             got.append(s["index"])
     assert "offset" in str(info.value) and str(root) in str(info.value)
     broken = int(m.shards[-1].first_sample)
     assert 0 < len(got) <= broken and got == list(range(len(got)))  # intact blocks were yielded first
+    if verify:
+        assert len(got) == broken  # the size check fails before the first piece of the truncated shard
     assert not new_threads(before)
 
 
-def test_a_read_error_in_the_first_piece_surfaces_before_any_sample(truncated):
+@pytest.mark.parametrize("verify,error", READ_ERRORS)
+def test_a_read_error_in_the_first_piece_surfaces_before_any_sample(truncated, verify, error):
     root, m, name = truncated
     last = np.array([len(m.blocks) - 1])
-    with pytest.raises(StorageError, match=name):
-        next(iter(BlockReader(m, LocalStorage(root), 2).samples(buffer_plan(all_pieces(m, last)))))
+    with pytest.raises(error, match=name):
+        next(iter(BlockReader(m, LocalStorage(root), 2, verify=verify).samples(buffer_plan(all_pieces(m, last)))))
 
 
 def test_an_error_raised_by_the_plan_surfaces_in_the_consumer(packed):

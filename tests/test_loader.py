@@ -24,7 +24,7 @@ from corgi_io.corpus import discover
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io.pack import PackOptions, pack
 from corgi_io.schedule import block_order, block_pieces, piece_samples
-from corgi_io.storage import StorageError
+from corgi_io import CorruptDataError, StorageError
 from corpus_factory import make_image_corpus, make_mixed_corpus, write_text
 
 MODES = ("corgipile", "block", "window", "none", "full")
@@ -493,20 +493,25 @@ def test_callable_decode_gets_bytes_and_the_sample(text_pack):
     assert all(t is bytes for t, _, _ in seen) and len(seen) == len(texts)
 
 
-# --- 7. a missing shard fails at construction -------------------------------------------------
+# --- 7. missing and resized shards fail lazily, before any of their samples -------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_missing_shard_fails_at_construction_naming_the_file(packed, tmp_path, fmt):
+@pytest.mark.parametrize("shuffle", ["none", "full"])
+def test_missing_shard_fails_on_first_read_naming_the_file(packed, tmp_path, fmt, shuffle):
     copy = tmp_path / "copy"
     shutil.copytree(packed[fmt], copy)
     shards = sorted(p for p in copy.iterdir() if p.name.startswith("shard-") and not p.name.endswith(".index"))
     victim = shards[1]
     victim.unlink()
+    ds = CorgiPileDataset(f"file://{copy}", shuffle=shuffle, buffer_blocks=1, prefetch_blocks=1)  # no stat per shard
+    lost = set(ds.manifest.keys(ds.manifest.shards[1].first_sample,
+                                ds.manifest.shards[1].first_sample + ds.manifest.shards[1].samples))
+    got = []
     with pytest.raises(StorageError, match=victim.name) as info:
-        CorgiPileDataset(copy)
-    assert str(copy) in str(info.value)
-    with pytest.raises(StorageError, match=victim.name):
-        CorgiPileDataset(f"file://{copy}", shuffle="full")
+        for s in ds:
+            got.append(s["key"])
+    assert str(copy) in str(info.value) and "missing" in str(info.value)
+    assert not lost & set(got)
 
 
 def test_truncated_shard_fails_while_iterating_naming_the_file(packed, tmp_path):
@@ -514,11 +519,12 @@ def test_truncated_shard_fails_while_iterating_naming_the_file(packed, tmp_path)
     shutil.copytree(packed["wds"], copy)
     victim = sorted(copy.glob("shard-*.tar"))[-1]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    ds = CorgiPileDataset(copy, shuffle="none", buffer_blocks=1, prefetch_blocks=1)  # construction only checks existence
+    ds = CorgiPileDataset(copy, shuffle="none", buffer_blocks=1, prefetch_blocks=1)
     before = set(threading.enumerate())
     got = []
-    with pytest.raises(StorageError, match=victim.name):
+    with pytest.raises(CorruptDataError, match=victim.name) as info:
         for s in ds:
             got.append(s["key"])
-    assert got == ds.manifest.keys()[:len(got)] and len(got) > 0  # the intact shards came first
+    assert "truncated" in str(info.value) and info.value.shard == victim.name
+    assert got == ds.manifest.keys()[:ds.manifest.shards[-1].first_sample]  # every intact shard, none of the victim
     assert not set(threading.enumerate()) - before  # no read thread left behind

@@ -16,10 +16,10 @@ import torch
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, buffer_plan, fit_cost, samples_per_rank, split_workers
-from corgi_io.errors import StorageError
+from corgi_io.errors import CorruptDataError
 from corgi_io.storage import open_storage
 
-from .decode import get_decoder
+from .decode import DEFAULT_MAX_PIXELS, get_decoder
 from .distributed import gather_cost_models, rank_and_world, worker_and_count
 
 _warned_static_fallback = False
@@ -34,7 +34,13 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     "full" (per-sample random access, one read per sample).
     `buffer_blocks` pieces form one shuffle buffer; `prefetch_blocks` more are read ahead.
     `decode`: None (bytes), "pil", "rgb", "text" or a callable(data, sample); `transform`
-    then maps the decoded data.  Every rank yields exactly `len(self)` samples per epoch.
+    then maps the decoded data.  A decode failure raises CorruptDataError naming the key and
+    shard; "pil" and "rgb" refuse images above `max_pixels` (Pillow's limit by default) before
+    decoding them.  Every rank yields exactly `len(self)` samples per epoch.
+
+    `verify_reads` (on by default) checks each shard's size on its first read and every
+    record's checksum before the sample is yielded: a mismatch raises CorruptDataError naming
+    the shard, byte offset and key, before that sample or any later one is yielded.
 
     `balance`: "count" (equal samples), "size" (equal samples and equal size sums), or
     "dynamic" (equal samples, size budgets proportional to each rank's measured speed:
@@ -48,7 +54,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  rank=None, world_size=None, drop_last: bool = False, decode=None, transform=None,
                  prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
                  partitions: dict | None = None, read_threads: int | None = None,
-                 storage_options: dict | None = None):
+                 storage_options: dict | None = None, verify_reads: bool = True,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS):
         super().__init__()
         if shuffle not in SHUFFLE_MODES:
             raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
@@ -61,7 +68,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.shuffle, self.buffer_blocks, self.seed = shuffle, int(buffer_blocks), int(seed)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.drop_last, self.balance, self.batch_size = drop_last, balance, batch_size
-        self.decode, self.transform = get_decoder(decode), transform
+        self.decode, self.transform = get_decoder(decode, max_pixels), transform
+        self.verify_reads = verify_reads
         self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
         self.read_threads = read_threads  # reads in flight; None: the storage's default (2 local, 4 remote)
         self.storage_options = storage_options or {}
@@ -71,14 +79,6 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
-        self._check_shards()
-
-    def _check_shards(self) -> None:
-        """Fail now, naming the file, rather than in the middle of an epoch."""
-        storage = self.storage
-        for shard in self.manifest.shards:
-            if not storage.exists(shard.path):
-                raise StorageError(f"{storage.url(shard.path)}: shard listed in the manifest is missing")
 
     @property
     def storage(self):
@@ -152,11 +152,29 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         worker, num_workers = worker_and_count()
-        reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads)
+        reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
+                             verify=self.verify_reads)
         self.last_reader = reader
         for sample in reader.samples(self.plan(worker, num_workers)):
             if self.decode is not None:
-                sample["data"] = self.decode(sample["data"], sample)
+                sample["data"] = self._decoded(sample)
             if self.transform is not None:
                 sample["data"] = self.transform(sample["data"])
             yield sample
+
+    def _decoded(self, sample: dict):
+        """The decoder's value for `sample`; any failure becomes a CorruptDataError naming key and shard."""
+        try:
+            return self.decode(sample["data"], sample)
+        except Exception as exc:
+            m, index = self.manifest, sample["index"]
+            path, offset = m.shards[int(m.samples.shard[index])].path, int(m.samples.data_offset[index])
+            raise CorruptDataError(f"{self.storage.url(path)}: byte offset {offset}: sample {sample['key']!r}: "
+                                   f"cannot decode ({type(exc).__name__}: {_first_line(exc)})", shard=path, offset=offset,
+                                   key=sample["key"]) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, so that the error stays one line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
