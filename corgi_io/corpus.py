@@ -205,18 +205,21 @@ def _read_listing(listing: Path, skip):
 
 def _listing_rows(listing: Path):
     """(line, row dict) per row of a CSV or JSONL listing; a malformed listing raises CorpusError."""
-    is_csv = listing.suffix.lower() == ".csv"
+    is_csv, line = listing.suffix.lower() == ".csv", 0
     try:
         with open(listing, newline="", encoding="utf-8") as f:
             if is_csv:
                 reader = csv.DictReader(f)
                 rows = [(reader.line_num, row) for row in reader]
             else:
-                rows = [(n, json.loads(text)) for n, text in enumerate(f, start=1) if text.strip()]
+                rows = []
+                for line, text in enumerate(f, start=1):
+                    if text.strip():
+                        rows.append((line, json.loads(text)))
     except json.JSONDecodeError as exc:
-        raise CorpusError(f"{listing}: line {exc.lineno}: not JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{listing}: not UTF-8 text (byte {exc.start})") from None
+        raise CorpusError(f"{listing}: line {line}: not JSON ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise CorpusError(f"{listing}: not UTF-8 text") from None
     except csv.Error as exc:
         raise CorpusError(f"{listing}: not CSV ({exc})") from None
     for line, row in rows:

@@ -145,6 +145,19 @@ def test_missing_and_non_regular_listing_rows_are_warned_and_fatal_when_strict(t
     assert "list.jsonl" in line and "line 2" in line and "gone.txt" in line
 
 
+@pytest.mark.parametrize("name,content,words", [
+    ("list.jsonl", b'{"path": "a.txt"}\n\n{"path": oops}\n', ("line 3", "not JSON")),
+    ("list.jsonl", b'{"path": 5}\n', ("line 1", "'path' is not a string")),
+    ("list.csv", b"path\n\xff.txt\n", ("not UTF-8",)),
+])
+def test_malformed_listing_is_a_one_line_error(tmp_path, corgi, name, content, words):
+    (tmp_path / name).write_bytes(content)
+    result = corgi("pack", tmp_path / name, tmp_path / "out")
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert name in line and all(word in line for word in words), line
+
+
 # --- nothing extracts outside the extraction folder ------------------------------------------
 
 def _hostile_sources(tmp_path: Path) -> list:
