@@ -8,10 +8,13 @@ the process pool's pipe cost as much as encoding them (bench/pack.py, 38 MB: +55
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
+from corgi_io.corpus import not_regular_reason, printable
 from corgi_io.formats import get_format
 from corgi_io.errors import BadInput
 from corgi_io.sizing import load_size_fn, probe_size
@@ -44,6 +47,21 @@ class EncodedBlock:
     payload_bytes: int = 0
 
 
+def read_regular_file(path: str) -> bytes:
+    """The bytes of the regular file at `path`; anything else raises BadInput without being read.
+
+    The walk already kept only regular files, but the path may have been swapped since: opened
+    with O_NONBLOCK, a FIFO without a writer cannot block the open, and fstat on the open
+    descriptor decides, so nothing but a regular file is ever read (O_NONBLOCK does not affect those).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    with open(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInput(not_regular_reason(mode))
+        return f.read()
+
+
 def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None = None) -> EncodedBlock:
     """Read, probe and encode `items` in order; unreadable or corrupt files are listed in `skipped`.
 
@@ -54,14 +72,13 @@ def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None =
     block, parts, position = EncodedBlock(), [], 0
     for item in items:
         try:
-            with open(item.path, "rb") as f:
-                payload = f.read()
+            payload = read_regular_file(item.path)
             size = probe_size(item.kind, item.path, payload, size_fn)
         except BadInput as exc:
-            block.skipped.append((item.position, item.path, str(exc)))
+            block.skipped.append((item.position, printable(item.path), str(exc)))
             continue
         except OSError as exc:
-            block.skipped.append((item.position, item.path, f"unreadable: {exc.strerror or exc}"))
+            block.skipped.append((item.position, printable(item.path), f"unreadable: {exc.strerror or exc}"))
             continue
         record, data_offset = fmt.encode(item.key, item.ext, payload, item.label, size)
         crc, length = 0, 0

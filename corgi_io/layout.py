@@ -15,6 +15,7 @@ import numpy as np
 DEFAULT_BLOCK_BYTES = 4 << 20     # 4 MiB: one Lustre stripe unit-ish read, cheap on HDFS and HTTP
 DEFAULT_BLOCK_SAMPLES = 1024      # caps blocks of tiny samples so shuffling stays fine-grained
 DEFAULT_SHARD_BYTES = 512 << 20   # 512 MiB: large files for Lustre/HDFS, few enough opens
+ORDERS = ("shuffle", "keep")       # samples permuted with a seed at pack time, or in input order
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ their blob.  Nothing here reads a file; both name `where` in their one-line erro
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 
 from corgi_io.checksum import CHECKSUMS
 from corgi_io.errors import ManifestError
+from corgi_io.names import shard_path_problem
 
 FORMATS = ("wds", "tfrecord")
 KINDS = ("image", "video", "text")
@@ -21,8 +21,6 @@ READABLE_VERSIONS = (1, 2)
 MAX_HEAD_BYTES = 1 << 30
 MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
 MAX_VALUE = 1 << 62       # offsets, lengths and sizes: sums of two never overflow int64
-URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _fail(where: str, message: str):
@@ -39,19 +37,6 @@ def _list_of(value, kind, where: str, name: str) -> list:
     if not isinstance(value, list) or not all(isinstance(item, kind) for item in value):
         _fail(where, f"{name} must be a list of {kind.__name__}")
     return value
-
-
-def unsafe_path_reason(path: str) -> str | None:
-    """Why `path` cannot name a file inside a pack root, or None when it is a safe relative POSIX path."""
-    if not path:
-        return "is empty"
-    if path.startswith("/") or URL_SCHEME.match(path):
-        return "is absolute or a URL"
-    if CONTROL.search(path):
-        return "holds a control character"
-    if any(part in ("", ".", "..") for part in path.split("/")):
-        return "has an empty, '.' or '..' component"
-    return None
 
 
 def parse_head(raw: bytes, where: str) -> dict:
@@ -111,7 +96,7 @@ def _parse_shards(shards, where: str) -> list:
         if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
             _fail(where, f"shard {i} must be an object with a string path")
         path = shard["path"]
-        reason = unsafe_path_reason(path)
+        reason = shard_path_problem(path)
         if reason or path in seen:
             _fail(where, f"shard {i} path {path!r:.80} {reason or 'is listed twice'}: it must be a relative path inside the pack")
         seen.add(path)

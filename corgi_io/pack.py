@@ -58,11 +58,11 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     finished shards are kept, the rest rewritten.
     """
     fmt = get_format(options.format)
-    if options.order not in ("shuffle", "keep"):
-        raise PackError(f"order must be 'shuffle' or 'keep', not {options.order!r}")
+    if options.order not in layout.ORDERS:
+        raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
     if options.size_fn:
         load_size_fn(options.size_fn)  # fail before any work, not in every worker
-    corpus = discover(source, options.kind, options.label_index)
+    corpus = discover(source, options.kind, options.label_index, strict=strict)
     output = Path(output)
     identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()), manifest_version=MANIFEST_VERSION,
                                           corpus=corpus.fingerprint())))  # as it reads back from JSON

@@ -39,7 +39,9 @@ def image_pixels(data: bytes) -> int:
         try:
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        except UnidentifiedImageError:  # its message holds the repr of our BytesIO: name no object
+            raise BadInput("not a readable image (Pillow does not recognise its format)") from None
+        except (OSError, SyntaxError, ValueError) as exc:
             raise BadInput(f"not a readable image ({exc})") from None
     # cheap truncation checks that still accept trailing data (camera trailers, motion photos)
     if (data[:2] == JPEG_MAGIC and not data.endswith(b"\xff\xd9")
@@ -105,6 +107,8 @@ def probe_size(kind: str, path: str, data: bytes, size_fn=None) -> int:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise BadInput(f"size function returned {size!r}, expected a non-negative int")
         return size
+    if not data and kind != "text":
+        raise BadInput(f"empty {kind} file (0 bytes)")
     if kind == "image":
         return image_pixels(data)
     if kind == "video":

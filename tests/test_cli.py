@@ -117,8 +117,9 @@ def test_folder_of_unknown_files_is_empty(tmp_path, corgi):
     (tmp_path / "src" / "a" / ".hidden.jpg").write_bytes(b"1")
     result = corgi("pack", tmp_path / "src", tmp_path / "out")
     assert result.exit_code != 0
-    line = one_line(result)
+    *warnings, line = result.stderr.strip().splitlines()
     assert "empty" in line and "skipped" in line
+    assert len(warnings) == 2 and all("warning: skipped a/" in w for w in warnings)  # each skip warned
 
 
 def test_empty_listing(tmp_path, corgi):

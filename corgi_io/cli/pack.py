@@ -9,6 +9,7 @@ import click
 
 from corgi_io import layout
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.manifest import FORMATS, KINDS
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -31,8 +32,8 @@ class ByteSize(click.ParamType):
 @click.command("pack")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("output", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["wds", "tfrecord"]), default="wds", show_default=True)
-@click.option("--kind", type=click.Choice(["auto", "image", "video", "text"]), default="auto", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="wds", show_default=True)
+@click.option("--kind", type=click.Choice(("auto", *KINDS)), default="auto", show_default=True,
               help="Force every file to one kind instead of detecting it by extension.")
 @click.option("--labels", "labels_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file of class names, one per line, that fixes the label ids.")
@@ -42,13 +43,15 @@ class ByteSize(click.ParamType):
               help="Close a block before it grows past this many bytes.")
 @click.option("--shard-bytes", type=ByteSize(), default=layout.DEFAULT_SHARD_BYTES, show_default="512MiB",
               help="Close a shard before it grows past this many bytes.")
-@click.option("--order", type=click.Choice(["shuffle", "keep"]), default="shuffle", show_default=True,
+@click.option("--order", type=click.Choice(layout.ORDERS), default="shuffle", show_default=True,
               help="Permute samples at pack time (free), or keep the input order.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=lambda: min(8, os.cpu_count() or 1),
               show_default="CPU count, at most 8", help="Processes that read files and probe sizes.")
 @click.option("--size-fn", help="MODULE:FUNCTION called as function(path) -> int, replacing the built-in size.")
-@click.option("--strict", is_flag=True, help="Fail on the first unreadable or corrupt file instead of skipping it.")
+@click.option("--strict", is_flag=True,
+              help="Fail on the first input that cannot be packed (missing, unreadable, not a regular file, corrupt, "
+                   "or a listing row whose key breaks the key rule) instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 def pack_command(source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
                  workers, size_fn, strict, overwrite):
