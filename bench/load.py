@@ -7,7 +7,11 @@ worth (buffer_blocks * mean samples per block).  Each is measured with a warm pa
 and with the shard files evicted (POSIX_FADV_DONTNEED).  Ratios are against the named
 baseline measured in the same run.
 
-    python bench/load.py [--n 10000] [--http]
+    python bench/load.py [--n 10000] [--http] [--rounds 5]
+
+First, the cost of checking every sample's checksum (verify_reads=True, the default) against
+not checking: whole epochs of the wds pack, warm cache, the two modes interleaved, median of
+--rounds rounds.
 
 --http serves the wds pack from nginx on 127.0.0.1 and compares corgipile with "full", with
 the remote default of 4 reads in flight and with a single reader (on loopback with 2 cores,
@@ -16,6 +20,7 @@ extra reads in flight help per-sample "full" and cost corgipile GIL time).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,11 +44,39 @@ def rate(samples, seconds_budget: float):
     return count / elapsed, nbytes / 1e6 / elapsed
 
 
-def corgi(root, shuffle, buffer_blocks, read_threads=None):
+def corgi(root, shuffle, buffer_blocks, read_threads=None, verify_reads=True):
     from corgi_io.loaders import CorgiPileDataset
 
-    dataset = CorgiPileDataset(root, shuffle=shuffle, buffer_blocks=buffer_blocks, seed=0, read_threads=read_threads)
+    dataset = CorgiPileDataset(root, shuffle=shuffle, buffer_blocks=buffer_blocks, seed=0, read_threads=read_threads,
+                               verify_reads=verify_reads)
     return (sample["data"] for sample in dataset)
+
+
+def epoch_rate(samples) -> tuple:
+    """(samples/s, MB/s) of one whole pass over an iterable of payloads."""
+    count = nbytes = 0
+    start = time.perf_counter()
+    for data in samples:
+        count += 1
+        nbytes += len(data)
+    elapsed = time.perf_counter() - start
+    return count / elapsed, nbytes / 1e6 / elapsed
+
+
+def verify_cost(root, args) -> None:
+    """Checked against unchecked CorgiPile epochs, warm cache, interleaved, median of `args.rounds` rounds."""
+    modes = {"corgipile, checksums checked (default)": True, "corgipile, verify_reads=False": False}
+    runs = {name: [] for name in modes}
+    for verify in modes.values():
+        epoch_rate(corgi(root, "corgipile", args.buffer_blocks, verify_reads=verify))  # warm the cache
+    for _ in range(args.rounds):
+        for name, verify in modes.items():
+            runs[name].append(epoch_rate(corgi(root, "corgipile", args.buffer_blocks, verify_reads=verify)))
+    medians = {name: tuple(statistics.median(r[i] for r in rounds) for i in (0, 1)) for name, rounds in runs.items()}
+    report("warm", medians, "corgipile, verify_reads=False")
+    checked, unchecked = (medians[name][0] for name in modes)
+    print(f"# checking costs {100 * (1 - checked / unchecked):.1f}% of unchecked throughput "
+          f"(median of {args.rounds} interleaved rounds; target <= 10%)")
 
 
 def webdataset_shuffle(root, buffer_samples):
@@ -88,6 +121,7 @@ def main():
     parser.add_argument("--buffer-blocks", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0, help="time budget per measurement")
     parser.add_argument("--http", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the checked/unchecked comparison")
     parser.add_argument("--workdir", type=Path, default=HERE / "out" / "load")
     args = parser.parse_args()
     corpus = make_jpeg_corpus(args.workdir / "corpus", args.n)
@@ -101,6 +135,7 @@ def main():
     if args.http:
         run_http(roots["wds"], args, manifest)
         return
+    verify_cost(roots["wds"], args)
     contenders = {
         "corgipile (wds pack)": lambda: corgi(roots["wds"], "corgipile", args.buffer_blocks),
         "corgipile (tfrecord pack)": lambda: corgi(roots["tfrecord"], "corgipile", args.buffer_blocks),
