@@ -18,6 +18,10 @@ written against those keeps working.
 """
 from __future__ import annotations
 
+import re
+
+_OBJECT_REPR = re.compile(r"<[^<>]* (?:object )?at 0x[0-9a-fA-F]+>")
+
 
 class CorgiError(Exception):
     """Base of every error corgi-io raises on purpose; the message is one line."""
@@ -61,3 +65,11 @@ class CorruptDataError(CorgiError, ValueError):
 class StorageError(CorgiError, OSError):
     """A read or write that failed or came back short; the message names the file and offset."""
 
+
+
+def plain_message(exc: BaseException) -> str:
+    """`Type: message` of a foreign exception as plain text for a one-line error: its first line, with
+    object reprs such as `<_io.BytesIO object at 0x7f...>` (which name nothing a user knows) removed."""
+    lines = str(exc).strip().splitlines()
+    text = _OBJECT_REPR.sub("the data", lines[0]) if lines else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

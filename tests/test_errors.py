@@ -36,3 +36,11 @@ def test_cli_keeps_the_traceback_of_anything_else(bug):
     with pytest.raises(type(bug)):
         with one_line_errors():
             raise bug
+
+
+def test_plain_message_is_one_line_without_object_reprs():
+    from corgi_io.errors import plain_message
+
+    exc = OSError("cannot identify image file <_io.BytesIO object at 0x7f3a2c1b2e50>\nmore detail")
+    assert plain_message(exc) == "OSError: cannot identify image file the data"
+    assert plain_message(KeyError()) == "KeyError"

@@ -16,7 +16,7 @@ import torch
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, buffer_plan, fit_cost, samples_per_rank, split_workers
-from corgi_io.errors import CorruptDataError
+from corgi_io.errors import CorruptDataError, plain_message
 from corgi_io.storage import open_storage
 
 from .decode import DEFAULT_MAX_PIXELS, get_decoder
@@ -170,11 +170,6 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             m, index = self.manifest, sample["index"]
             path, offset = m.shards[int(m.samples.shard[index])].path, int(m.samples.data_offset[index])
             raise CorruptDataError(f"{self.storage.url(path)}: byte offset {offset}: sample {sample['key']!r}: "
-                                   f"cannot decode ({type(exc).__name__}: {_first_line(exc)})", shard=path, offset=offset,
+                                   f"cannot decode ({plain_message(exc)})", shard=path, offset=offset,
                                    key=sample["key"]) from exc
 
-
-def _first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, so that the error stays one line."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
