@@ -15,7 +15,7 @@ import torch
 
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
-from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, buffer_plan, fit_cost, samples_per_rank, split_workers
+from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, check_mode, buffer_plan, fit_cost, samples_per_rank, split_workers
 from corgi_io.errors import CorruptDataError, plain_message
 from corgi_io.storage import open_storage
 
@@ -57,10 +57,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  storage_options: dict | None = None, verify_reads: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS):
         super().__init__()
-        if shuffle not in SHUFFLE_MODES:
-            raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
-        if balance not in BALANCE_MODES:
-            raise ValueError(f"balance must be one of {BALANCE_MODES}, got {balance!r}")
+        check_mode("shuffle", shuffle, SHUFFLE_MODES)
+        check_mode("balance", balance, BALANCE_MODES)
         if batch_size is not None and shuffle != "corgipile":
             raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
                              "shuffle='corgipile'")

@@ -11,9 +11,9 @@ import numpy as np
 
 from .balance import place, rank_budgets
 from .order import BALANCE, block_order, epoch_rng
+from .modes import BALANCE_MODES, check_mode
 from .pieces import EMPTY, block_pieces, cut, merge_adjacent, piece_samples
 
-BALANCE_MODES = ("count", "size", "dynamic")
 
 
 def samples_per_rank(num_samples: int, world_size: int, drop_last: bool = False) -> int:
@@ -54,8 +54,7 @@ def assign_ranks(block_first, block_count, world_size: int, *, seed: int, epoch:
     """
     block_first = np.asarray(block_first, dtype=np.int64)
     block_count = np.asarray(block_count, dtype=np.int64)
-    if balance not in BALANCE_MODES:
-        raise ValueError(f"balance must be one of {BALANCE_MODES}, got {balance!r}")
+    check_mode("balance", balance, BALANCE_MODES)
     if balance != "count" and sizes is None:
         raise ValueError(f"balance={balance!r} needs sizes")
     if balance == "dynamic" and cost_model is None:

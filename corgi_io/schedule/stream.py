@@ -16,9 +16,9 @@ import numpy as np
 
 from .batches import balanced_batches
 from .order import BUFFER, FULL, WINDOW, epoch_rng
+from .modes import SHUFFLE_MODES, check_mode
 from .pieces import piece_samples
 
-SHUFFLE_MODES = ("corgipile", "block", "none", "window", "full")
 
 
 def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces: int = 16,
@@ -44,8 +44,7 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         (one read) per buffer.
     """
     pieces = np.asarray(pieces, dtype=np.int64).reshape(-1, 3)
-    if shuffle not in SHUFFLE_MODES:
-        raise ValueError(f"shuffle must be one of {SHUFFLE_MODES}, got {shuffle!r}")
+    check_mode("shuffle", shuffle, SHUFFLE_MODES)
     if batch_size is not None and (shuffle != "corgipile" or sizes is None or batch_size < 1):
         raise ValueError("balanced batches need shuffle='corgipile', sizes and batch_size >= 1")
     if shuffle == "window":
