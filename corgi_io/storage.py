@@ -145,9 +145,9 @@ class LocalStorage(Storage):
                 chunk = os.pread(fd, length - got, offset + got)
             except OSError as e:
                 raise StorageError(f"{path}: read failed at offset {offset + got}: {e.strerror}") from e
-            if not chunk:
+            if not chunk:  # name the true size: the read may have started past the end of the file
                 raise StorageError(f"{path}: short read at offset {offset}: "
-                                   f"file ends at {offset + got}, wanted {length} bytes")
+                                   f"file ends at {os.fstat(fd).st_size}, wanted {length} bytes")
             chunks.append(chunk)
             got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)

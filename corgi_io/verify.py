@@ -1,18 +1,29 @@
 """`corgi verify`: prove that a pack's shards hold exactly the bytes its manifest describes.
 
-Each shard's length is checked, every block is read with one ranged read, every record's
-CRC32 (kept in the manifest) is recomputed, and the block is parsed with the format's own
+Each shard is checked on its own, so `jobs` processes can share the work: its size (and
+a tar shard's end-of-archive marker), then every block, read with one ranged read.  Each
+record's checksum (the manifest's function: CRC32C, or zlib CRC32 in version-1 packs) is
+recomputed; a block whose records are all intact is then parsed with the format's own
 parser (tar headers, or TFRecord CRC32C framing) and compared field by field with the
-manifest.  The first problem is reported with its shard and absolute byte offset.
+manifest.  A TFRecord shard's ``.index`` sidecar must list the manifest's offsets and lengths.
+
+Damage is reported, never raised, and the check goes on with the next block and shard:
+each sample whose bytes changed, each block whose framing disagrees, each shard of the
+wrong size and each bad sidecar is one problem.  A missing or truncated shard is one
+problem: its blocks past the end are not read.  All problems are counted; the first
+`max_errors` are listed, in shard and offset order whatever `jobs` is.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
 
+import numpy as np
 from tqdm import tqdm
 
 from corgi_io.checksum import checksum_function
-from corgi_io.errors import FormatError, StorageError
+from corgi_io.errors import FormatError
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
 from corgi_io.storage import open_storage
@@ -20,73 +31,216 @@ from corgi_io.storage import open_storage
 
 @dataclass(frozen=True)
 class Problem:
-    """The first thing found wrong: which shard, where, and what."""
+    """One thing found wrong: the file (a shard or its sidecar), the byte offset in it, what, and the sample's key."""
 
     shard: str
     offset: int
     message: str
+    key: str | None = None
 
     def __str__(self):
         return f"{self.shard}: byte offset {self.offset}: {self.message}"
 
 
-def verify(dataset, progress: bool | None = None):
-    """Check every shard of `dataset`; returns (checked sample count, first Problem or None)."""
-    m = open_manifest(dataset)
-    fmt = get_format(m.format)
-    b = m.blocks
-    with open_storage(m.root) as storage, tqdm(total=int(sum(sh.bytes for sh in m.shards)), unit="B",
-                                                unit_scale=True, desc="verify",
-                                                disable=None if progress is None else not progress) as bar:
-        for shard in m.shards:
-            problem = _check_shard_length(storage, shard, fmt)
-            if problem:
-                return 0, problem
-        for block in range(len(b)):
-            shard = m.shards[b.shard[block]]
-            first, count, offset = int(b.first[block]), int(b.count[block]), int(b.offset[block])
-            try:
-                data = storage.read_range(shard.path, offset, int(b.length[block]))
-            except StorageError as exc:
-                return first, Problem(shard.path, offset, str(exc))
-            problem = _check_block(m, fmt, shard.path, data, first, count, offset)
-            if problem:
-                return first, problem
-            bar.update(len(data))
-    return m.num_samples, None
+@dataclass
+class VerifyReport:
+    """What `verify` found: samples whose blocks were read and checked, every problem counted, the first listed."""
+
+    samples_checked: int = 0
+    total_problems: int = 0
+    problems: list = field(default_factory=list)  # the first `max_errors` Problems, in shard and offset order
+    max_errors: int = 20
+
+    @property
+    def ok(self) -> bool:
+        return self.total_problems == 0
+
+    def add(self, *problems: Problem) -> None:
+        """Count `problems`, and list them while fewer than `max_errors` are listed."""
+        self.total_problems += len(problems)
+        self.problems.extend(problems[:max(0, self.max_errors - len(self.problems))])
+
+    def merge(self, later: VerifyReport) -> None:
+        """Append the report of a later shard."""
+        self.samples_checked += later.samples_checked
+        self.total_problems += later.total_problems
+        self.problems.extend(later.problems[:max(0, self.max_errors - len(self.problems))])
+
+    def as_dict(self) -> dict:
+        """The report as plain JSON-ready values (what `corgi verify --json` prints)."""
+        return {"ok": self.ok, "samples_checked": self.samples_checked, "total_problems": self.total_problems,
+                "problems": [asdict(p) for p in self.problems]}
 
 
-def _check_shard_length(storage, shard, fmt):
-    if not storage.exists(shard.path):
-        return Problem(shard.path, 0, "shard file is missing")
-    actual = storage.size(shard.path)
-    if actual != shard.bytes:
-        return Problem(shard.path, min(actual, shard.bytes),
-                       f"shard is {actual} bytes, manifest says {shard.bytes} ({'truncated' if actual < shard.bytes else 'extra bytes'})")
-    if fmt.TRAILER:
-        tail = storage.read_range(shard.path, shard.bytes - len(fmt.TRAILER), len(fmt.TRAILER))
-        if tail != fmt.TRAILER:
-            return Problem(shard.path, shard.bytes - len(fmt.TRAILER), "end-of-archive marker is damaged")
-    return None
+def verify(dataset, progress: bool | None = None, max_errors: int = 20, jobs: int = 1,
+           storage_options: dict | None = None) -> VerifyReport:
+    """Check every shard of `dataset` against its manifest; returns a VerifyReport (never raises for damage).
+
+    `jobs` > 1 checks shards in that many processes; the report is the same as with one.
+    A malformed manifest raises ManifestError.  `progress`: a tqdm bar (None: when on a terminal).
+    """
+    m = open_manifest(dataset, storage_options)
+    report = VerifyReport(max_errors=max_errors)
+    with _shard_reports(m, jobs, max_errors, storage_options) as reports, \
+            tqdm(total=sum(sh.bytes for sh in m.shards), unit="B", unit_scale=True, desc="verify",
+                 disable=None if progress is None else not progress) as bar:
+        for shard, shard_report in zip(m.shards, reports):
+            report.merge(shard_report)
+            bar.update(shard.bytes)
+    return report
 
 
-def _check_block(m, fmt, path: str, data: bytes, first: int, count: int, base: int):
-    s, checksum = m.samples, checksum_function(m.checksum)
-    view = memoryview(data)
-    for i in range(first, first + count):
-        start = int(s.offset[i]) - base
-        if checksum(view[start: start + int(s.length[i])]) != int(s.checksum[i]):
-            return Problem(path, int(s.offset[i]), f"sample {m.key(i)!r}: {m.checksum} mismatch (record bytes changed)")
+@contextlib.contextmanager
+def _shard_reports(m, jobs: int, max_errors: int, storage_options):
+    """An iterator over each shard's VerifyReport in shard order, computed here or in `jobs` processes."""
+    if jobs <= 1 or len(m.shards) <= 1:
+        checker = _ShardChecker(m, max_errors, storage_options)
+        try:
+            yield map(checker.check, range(len(m.shards)))
+        finally:
+            checker.storage.close()
+        return
+    pool = ProcessPoolExecutor(min(jobs, len(m.shards)), initializer=_start_worker,
+                               initargs=(m.root, max_errors, storage_options))
     try:
-        records = list(fmt.parse_block(data, base))
-    except FormatError as exc:
-        return Problem(path, exc.offset, str(exc).split(": ", 1)[1])
-    if len(records) != count:
-        return Problem(path, base, f"block holds {len(records)} samples, manifest says {count}")
-    for i, record in zip(range(first, first + count), records):
-        expected = (m.key(i), int(s.label[i]), int(s.offset[i]), int(s.length[i]), int(s.data_offset[i]), int(s.bytes[i]))
-        actual = (record.key, record.label, record.offset, record.length, record.data_offset, len(record.data))
-        if actual != expected:
-            return Problem(path, record.offset, f"sample {m.key(i)!r}: shard has (key, label, offset, length, "
-                                                f"data offset, bytes) {actual}, manifest says {expected}")
-    return None
+        yield pool.map(_check_in_worker, range(len(m.shards)))
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+_worker_checker = None  # the _ShardChecker of a worker process
+
+
+def _start_worker(root: str, max_errors: int, storage_options) -> None:
+    global _worker_checker
+    _worker_checker = _ShardChecker(open_manifest(root, storage_options), max_errors, storage_options)
+
+
+def _check_in_worker(shard_index: int) -> VerifyReport:
+    return _worker_checker.check(shard_index)
+
+
+class _ShardChecker:
+    """Checks one shard at a time against an opened manifest, through one Storage."""
+
+    def __init__(self, m, max_errors: int = 20, storage_options: dict | None = None):
+        self.m, self.fmt, self.max_errors = m, get_format(m.format), max_errors
+        self.checksum = checksum_function(m.checksum)
+        self.storage = open_storage(m.root, **(storage_options or {}))
+        # blocks lie in shard order (the manifest checks it): shard k's blocks are [bounds[k], bounds[k + 1])
+        self.block_bounds = np.searchsorted(m.blocks.shard, np.arange(len(m.shards) + 1)).tolist()
+
+    def check(self, k: int) -> VerifyReport:
+        """The report of shard `k`: its size, every block that lies within the file, and its sidecar."""
+        shard, b = self.m.shards[k], self.m.blocks
+        report = VerifyReport(max_errors=self.max_errors)
+        readable = self._check_size(shard, report)
+        rows = slice(self.block_bounds[k], self.block_bounds[k + 1])
+        for first, count, offset, length in zip(b.first[rows].tolist(), b.count[rows].tolist(),
+                                                b.offset[rows].tolist(), b.length[rows].tolist()):
+            if offset + length > readable:
+                continue  # past the end of a truncated or missing shard: that is already one problem
+            try:
+                data = self.storage.read_range(shard.path, offset, length)
+            except OSError as exc:
+                report.add(Problem(shard.path, offset, f"cannot read block: {exc}"))
+                continue
+            report.samples_checked += count
+            report.add(*self._check_block(shard.path, data, first, count, offset))
+        if getattr(self.fmt, "INDEX_SUFFIX", None):
+            report.add(*self._check_index(shard))
+        return report
+
+    def _check_size(self, shard, report: VerifyReport) -> int:
+        """Check the shard's size and end-of-archive marker; returns how many of its bytes can be read."""
+        try:
+            actual = self.storage.size(shard.path)
+        except FileNotFoundError:
+            report.add(Problem(shard.path, 0, "shard file is missing"))
+            return 0
+        except OSError as exc:
+            report.add(Problem(shard.path, 0, f"cannot stat shard: {exc}"))
+            return 0
+        if actual != shard.bytes:
+            kind = "truncated" if actual < shard.bytes else "extra bytes"
+            report.add(Problem(shard.path, min(actual, shard.bytes),
+                               f"shard is {actual} bytes, manifest says {shard.bytes} ({kind})"))
+        trailer = self.fmt.TRAILER
+        if trailer and actual >= shard.bytes:
+            where = shard.bytes - len(trailer)
+            try:
+                intact = self.storage.read_range(shard.path, where, len(trailer)) == trailer
+            except OSError as exc:
+                report.add(Problem(shard.path, where, f"cannot read end-of-archive marker: {exc}"))
+            else:
+                if not intact:
+                    report.add(Problem(shard.path, where, "end-of-archive marker is damaged"))
+        return min(actual, shard.bytes)
+
+    def _check_block(self, path: str, data: bytes, first: int, count: int, base: int) -> list:
+        """Each record of one block whose checksum differs; if none, the block's framing disagreements."""
+        s, stop, view = self.m.samples, first + count, memoryview(data)
+        offsets, lengths, sums = (column[first:stop].tolist() for column in (s.offset, s.length, s.checksum))
+        changed = [i for i, (offset, length, expected) in enumerate(zip(offsets, lengths, sums))
+                   if self.checksum(view[offset - base: offset - base + length]) != expected]
+        keys = self.m.keys(first, stop)
+        if changed:
+            return [Problem(path, offsets[i], f"sample {keys[i]!r}: {self.m.checksum} mismatch (record bytes changed)",
+                            keys[i]) for i in changed]
+        return self._check_framing(path, data, base, keys, first)
+
+    def _check_framing(self, path: str, data: bytes, base: int, keys: list, first: int) -> list:
+        """Parse the block with the format's parser; each record must match its manifest row field by field."""
+        try:
+            records = list(self.fmt.parse_block(data, base))
+        except FormatError as exc:
+            return [Problem(path, exc.offset, str(exc).split(": ", 1)[1])]
+        if len(records) != len(keys):
+            return [Problem(path, base, f"block holds {len(records)} samples, manifest says {len(keys)}")]
+        s, rows = self.m.samples, slice(first, first + len(keys))
+        problems = []
+        for record, expected in zip(records, zip(keys, s.label[rows].tolist(), s.offset[rows].tolist(),
+                                                 s.length[rows].tolist(), s.data_offset[rows].tolist(),
+                                                 s.bytes[rows].tolist())):
+            actual = (record.key, record.label, record.offset, record.length, record.data_offset, len(record.data))
+            if actual != expected:
+                problems.append(Problem(path, record.offset, f"sample {expected[0]!r}: shard has (key, label, offset, "
+                                        f"length, data offset, bytes) {actual}, manifest says {expected}", expected[0]))
+        return problems
+
+    def _check_index(self, shard) -> list:
+        """The shard's index sidecar must list exactly the manifest's (offset, length) of its records."""
+        path = shard.path + self.fmt.INDEX_SUFFIX
+        try:
+            data, listed = self._read_index(path, shard.samples)
+        except FormatError as exc:
+            return [Problem(path, exc.offset, f"index sidecar: {str(exc).split(': ', 1)[1]}")]
+        rows = slice(shard.first_sample, shard.first_sample + shard.samples)
+        expected = np.stack([self.m.samples.offset[rows], self.m.samples.length[rows]], axis=1)
+        if len(listed) != len(expected):
+            return [Problem(path, _line_start(data, min(len(listed), len(expected))),
+                            f"index sidecar lists {len(listed)} records, the shard has {len(expected)}")]
+        wrong = np.flatnonzero(np.any(listed != expected, axis=1))
+        if len(wrong):
+            i = int(wrong[0])
+            return [Problem(path, _line_start(data, i), f"index sidecar line {i + 1} says offset {listed[i, 0]} "
+                            f"length {listed[i, 1]}, manifest says offset {expected[i, 0]} length {expected[i, 1]}")]
+        return []
+
+    def _read_index(self, path: str, records: int) -> tuple:
+        """(bytes, parsed rows) of a sidecar; FormatError (offset in the sidecar) if missing, oversized or malformed."""
+        try:
+            size = self.storage.size(path)
+            if size > records * self.fmt.INDEX_LINE_BYTES:
+                raise FormatError(0, f"{size} bytes, more than an index of {records} records can hold")
+            data = self.storage.read_range(path, 0, size)
+        except FileNotFoundError:
+            raise FormatError(0, "missing") from None
+        except OSError as exc:
+            raise FormatError(0, f"cannot read ({exc})") from None
+        return data, self.fmt.parse_index(data)
+
+
+def _line_start(data: bytes, line: int) -> int:
+    """Byte offset at which line number `line` (from 0) of `data` starts (len(data) past the last line)."""
+    return sum(len(text) + 1 for text in data.split(b"\n")[:line])

@@ -288,7 +288,8 @@ def test_version_1_packs_still_open_and_verify(fmt):
     m = open_manifest(root)
     assert (m.version, m.checksum, m.num_samples, m.format) == (1, "crc32", 9, fmt)
     assert sorted(m.labels) == ["cat", "dog"] and set(m.extensions[i] for i in m.samples.ext) == {""}
-    assert verify(root, progress=False) == (9, None)
+    report = verify(root, progress=False)
+    assert report.ok and report.samples_checked == 9
 
 
 def test_cli_reports_manifest_errors_in_one_line(pack_copy, corgi):

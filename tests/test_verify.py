@@ -1,4 +1,7 @@
-"""`corgi verify`: exit 0 on an intact pack; name the shard and byte offset of damage otherwise."""
+"""`corgi verify`: exit 0 on an intact pack; name the shard and byte offset of damage otherwise.
+
+Each test here damages one place; tests/test_verify_report.py covers many problems, sidecars and --jobs.
+"""
 from __future__ import annotations
 
 import json
@@ -39,18 +42,18 @@ def sample_in_block(m, which: str) -> int:
 
 
 def fail_report(corgi, out: Path):
-    """Run verify twice (text, --json); both must fail; returns (stderr line, problem dict)."""
+    """Run verify twice (text, --json); both must fail and agree; returns (first stderr line, first problem dict)."""
     result = corgi("verify", out)
     assert result.exit_code != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+    *lines, summary = result.stderr.strip().splitlines()
     as_json = corgi("verify", out, "--json")
     assert as_json.exit_code != 0
     report = json.loads(as_json.stdout)
-    assert report["ok"] is False
-    problem = report["problem"]
-    assert problem["shard"] in lines[0] and f"byte offset {problem['offset']}" in lines[0]
-    return lines[0], problem
+    assert report["ok"] is False and 1 <= len(lines) == len(report["problems"]) <= report["total_problems"]
+    assert summary.startswith(f"corgi verify: {report['total_problems']:,} problem"), summary
+    for line, problem in zip(lines, report["problems"]):
+        assert problem["shard"] in line and f"byte offset {problem['offset']}" in line
+    return lines[0], report["problems"][0]
 
 
 def assert_names_damage(m, problem, shard: str, position: int) -> None:
@@ -70,7 +73,7 @@ def test_intact_pack_verifies(pack_copy, corgi):
     assert result.exit_code == 0, result.output
     assert f"{n:,} samples" in result.stdout
     report = json.loads(corgi("verify", out, "--json").stdout)
-    assert report == {"ok": True, "samples_checked": n, "problem": None}
+    assert report == {"ok": True, "samples_checked": n, "total_problems": 0, "problems": []}
 
 
 def test_console_script_exit_codes(pack_copy):

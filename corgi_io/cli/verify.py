@@ -1,4 +1,4 @@
-"""`corgi verify DATASET`: exit 0 when every shard matches its manifest, else name the first problem."""
+"""`corgi verify DATASET`: exit 0 when every shard matches its manifest, else list the problems and exit 1."""
 from __future__ import annotations
 
 import json
@@ -10,19 +10,28 @@ from corgi_io.cli.errors import one_line_errors
 
 @click.command("verify")
 @click.argument("dataset")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify_command(dataset, as_json):
-    """Re-read every shard of DATASET and check framing, checksums and manifest ranges."""
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON: ok, samples_checked, "
+                                                     "total_problems and the listed problems.")
+@click.option("--max-errors", default=20, show_default=True, type=click.IntRange(min=0),
+              help="List at most this many problems (all are counted).")
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Check this many shards at once, in separate processes.")
+def verify_command(dataset, as_json, max_errors, jobs):
+    """Re-read every shard of DATASET and check sizes, checksums, framing and index sidecars."""
     from corgi_io.verify import verify
 
     with one_line_errors():
-        checked, problem = verify(dataset)
+        report = verify(dataset, max_errors=max_errors, jobs=jobs)
     if as_json:
-        click.echo(json.dumps({"ok": problem is None, "samples_checked": checked,
-                               "problem": None if problem is None else vars(problem)}))
-    elif problem is None:
-        click.echo(f"ok: {checked:,} samples intact")
-    if problem is not None:
-        if not as_json:
+        click.echo(json.dumps(report.as_dict()))
+    elif report.ok:
+        click.echo(f"ok: {report.samples_checked:,} samples intact")
+    else:
+        for problem in report.problems:
             click.echo(f"corgi verify: {problem}", err=True)
+        unlisted = report.total_problems - len(report.problems)
+        more = f", {unlisted:,} not listed (--max-errors {max_errors})" if unlisted else ""
+        click.echo(f"corgi verify: {report.total_problems:,} problem{'s' * (report.total_problems != 1)}{more}; "
+                   f"{report.samples_checked:,} samples checked", err=True)
+    if not report.ok:
         raise SystemExit(1)

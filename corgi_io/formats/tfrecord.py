@@ -3,16 +3,19 @@
 Each record is ``uint64 length | masked crc32c(length) | Example bytes | masked crc32c(Example)``
 with features ``key`` (bytes), ``data`` (the original file bytes), ``label`` (int64, -1 when
 unlabeled) and ``size`` (int64).  Each shard gets tfrecord's ``.index`` sidecar
-(``offset length`` per line), so `tfrecord.torch.TFRecordDataset(path, index_path)` and
-`tf.data.TFRecordDataset` read our shards unchanged.  CRC32C comes from the `crc32c`
+(``offset length`` per line; `write_sidecars` writes it, `parse_index` reads it back), so
+`tfrecord.torch.TFRecordDataset(path, index_path)` and `tf.data.TFRecordDataset` read our
+shards unchanged.  CRC32C comes from the `crc32c`
 package (the one `tfrecord` uses); Examples from `example_proto` (see its docstring for why
 not the `tfrecord` package itself).
 """
 from __future__ import annotations
 
+import re
 import struct
 
 import crc32c
+import numpy as np
 
 from corgi_io.errors import FormatError
 from corgi_io.formats import Record
@@ -22,6 +25,9 @@ SUFFIX = ".tfrecord"
 TRAILER = b""
 FRAME = 8 + 4 + 4  # length, crc of length, crc of data
 CRC_MASK_DELTA = 0xA282EAD8
+INDEX_SUFFIX = ".index"
+INDEX_LINE_BYTES = 38  # the longest line `parse_index` accepts: two 18-digit numbers, a space, a newline
+_INDEX_LINE = re.compile(rb"[0-9]{1,18} [0-9]{1,18}")
 
 
 def masked_crc(*parts) -> bytes:
@@ -48,9 +54,28 @@ def write_sidecars(shard_path, offsets, lengths) -> list:
     """tfrecord's ``.index`` file: one ``offset length`` line per record."""
     from corgi_io.storage import write_atomic
 
-    index_path = f"{shard_path}.index"
+    index_path = f"{shard_path}{INDEX_SUFFIX}"
     write_atomic(index_path, "".join(f"{o} {n}\n" for o, n in zip(offsets, lengths)).encode())
     return [index_path]
+
+
+def parse_index(data: bytes) -> np.ndarray:
+    """The (offset, length) rows of an ``.index`` sidecar, as an int64 array of shape (records, 2).
+
+    The sidecar is untrusted: every line must be two decimal numbers of at most 18 digits
+    (so they fit int64) separated by one space and ended by a newline.  Anything else
+    raises FormatError with the byte offset, in the sidecar, of the first bad line.
+    Callers bound the size before reading (at most `INDEX_LINE_BYTES` per record).
+    """
+    lines = data.split(b"\n")
+    position = 0
+    for line in lines[:-1]:
+        if not _INDEX_LINE.fullmatch(line):
+            raise FormatError(position, f"not an 'offset length' line: {bytes(line[:40])!r}")
+        position += len(line) + 1
+    if lines[-1]:
+        raise FormatError(position, "the last line has no newline (truncated)")
+    return np.array(data.split(), dtype=np.int64).reshape(-1, 2)
 
 
 def parse_block(buffer, base_offset: int = 0):
