@@ -136,7 +136,7 @@ def column_path(name: str) -> str:
     return f"{COLUMNS_DIR}/{name}.npy"
 
 
-def _schema() -> dict:
+def column_schema() -> dict:
     """{column file name: dtype} of every column of the current version."""
     return {**{f"sample_{n}": t for n, t in SAMPLE_COLUMNS.items()},
             **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS}
@@ -159,7 +159,7 @@ def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
     arrays = {**{f"sample_{n}": samples[n] for n in SAMPLE_COLUMNS}, **{f"block_{n}": blocks[n] for n in BLOCK_COLUMNS},
               "key_blob": key_blob, "key_offsets": key_offsets}
     (root / COLUMNS_DIR).mkdir(exist_ok=True)
-    for name, dtype in _schema().items():
+    for name, dtype in column_schema().items():
         with atomic_output(root / column_path(name)) as f:
             np.save(f, np.ascontiguousarray(arrays[name], dtype=np.dtype(dtype).newbyteorder("<")),
                     allow_pickle=False)
@@ -207,7 +207,7 @@ def _read_columns(storage, head: dict) -> dict:
     from corgi_io.storage import LocalStorage
 
     rows, arrays = _declared_rows(head["counts"]), {}
-    for name, dtype in _schema().items():
+    for name, dtype in column_schema().items():
         url = storage.url(column_path(name))
         if isinstance(storage, LocalStorage):
             arrays[name] = map_local_column(url, dtype, rows[name], url)
@@ -225,7 +225,7 @@ def _read_v1_columns(storage, head: dict) -> dict:
     members = read_npz_members(raw, where)
     renamed = {"sample_checksum": "sample_crc32"}
     arrays = {}
-    for name, dtype in _schema().items():
+    for name, dtype in column_schema().items():
         if name == "sample_ext":
             continue
         member = members.get(renamed.get(name, name))

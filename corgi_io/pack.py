@@ -3,12 +3,15 @@
 Worker processes read, probe and encode whole blocks; the parent appends them to the
 shards in the planned order, so the output is identical for any `workers`.  At most a
 few blocks per worker are in flight, so memory stays bounded however large the corpus.  Progress
-and resume state live in ``OUTPUT/.corgi-partial/`` until the manifest is written.
+and resume state live in ``OUTPUT/.corgi-partial/`` until the manifest is written; a rerun after a
+kill at any moment resumes (see pack_output).  Worker processes die with the pack process.
 """
 from __future__ import annotations
 
 import json
-import shutil
+import multiprocessing
+import os
+import signal
 import sys
 import time
 from collections import deque
@@ -24,15 +27,15 @@ from corgi_io import layout
 from corgi_io.corpus import Corpus, discover
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
-from corgi_io.manifest import HEAD_NAME, KINDS, MANIFEST_VERSION, PACK_METADATA, open_manifest, save_manifest
+from corgi_io.manifest import KINDS, MANIFEST_VERSION, open_manifest, save_manifest
 from corgi_io.block_encoder import Item, encode_block
 from corgi_io.checksum import DEFAULT_CHECKSUM
-from corgi_io.shard_writer import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished
+from corgi_io.pack_output import finish_output, open_partial, prepare_output
+from corgi_io.shard_writer import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished, naming
 from corgi_io.sizing import load_size_fn
-from corgi_io.storage import write_atomic
 
-PARTIAL_DIR = ".corgi-partial"
 BLOCKS_AHEAD = 3    # blocks in flight per worker: memory stays near workers * 3 * block bytes
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,23 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     output = Path(output)
     identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()), manifest_version=MANIFEST_VERSION,
                                           corpus=corpus.fingerprint())))  # as it reads back from JSON
-    if _prepare_output(output, identity, overwrite):
+    if prepare_output(output, identity, overwrite):
         return open_manifest(output)
-    partial = output / PARTIAL_DIR
-    partial.mkdir(exist_ok=True)
-    write_atomic(partial / "plan.json", json.dumps(identity).encode())
+    try:
+        _write_pack(fmt, options, corpus, output, identity, workers=workers, strict=strict, progress=progress)
+        finish_output(output)
+    except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
+        if exc.filename is None:
+            raise
+        raise PackError(f"{exc.filename}: {exc.strerror or exc} (finished shards are kept: "
+                        "rerun the same command to resume)") from exc
+    return open_manifest(output)
 
+
+def _write_pack(fmt, options: PackOptions, corpus: Corpus, output: Path, identity: dict, *, workers: int,
+                strict: bool, progress) -> None:
+    """Lay the corpus out, write the shards that are not finished yet, then the manifest."""
+    partial = open_partial(output, identity)
     order = np.random.default_rng(options.seed).permutation(len(corpus)) if options.order == "shuffle" \
         else np.arange(len(corpus))
     key_bytes = np.array([len(corpus.keys[i].encode()) for i in order], dtype=np.int64)
@@ -104,8 +118,6 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     head = {"format": options.format, "options": identity, "labels": corpus.labels,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _write_manifest(output, head, corpus, order, labels, shard_names, records)
-    shutil.rmtree(partial)
-    return open_manifest(output)
 
 
 def _write_shards(fmt, output: Path, partial: Path, shard_names, todo, encoded, shard_blocks, relpath_of, strict, bar):
@@ -133,36 +145,6 @@ def _write_shards(fmt, output: Path, partial: Path, shard_names, todo, encoded, 
             writer.abort()
         encoded.close()
         raise
-
-
-def _prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
-    """Check OUTPUT against this pack's identity; True when an identical finished pack is already there.
-
-    Otherwise OUTPUT is made ready to write: emptied of an old pack with --overwrite, and
-    cleared of the temporary files an interrupted run left (their pid is gone).
-    """
-    head_path, plan_path = output / HEAD_NAME, output / PARTIAL_DIR / "plan.json"
-    if head_path.exists():
-        previous = json.loads(head_path.read_bytes()).get("options")
-    elif plan_path.exists():
-        previous = json.loads(plan_path.read_bytes())
-    else:
-        previous = None
-        if output.exists() and any(output.iterdir()) and not overwrite:
-            raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
-    if previous is not None and previous != identity and not overwrite:
-        changed = sorted(k for k in identity if identity.get(k) != previous.get(k))
-        raise PackError(f"{output}: holds a pack made with different {', '.join(changed)}; pass --overwrite to replace it")
-    if head_path.exists() and not overwrite:
-        return True
-    if overwrite:
-        for stale in [*(output / name for name in PACK_METADATA), *output.glob("shard-*")]:
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
-        shutil.rmtree(output / PARTIAL_DIR, ignore_errors=True)
-    for leftover in [*output.glob(".*.tmp-*"), *output.glob(f"{PARTIAL_DIR}/*.spill")]:
-        leftover.unlink()
-    output.mkdir(parents=True, exist_ok=True)
-    return False
 
 
 def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, shard_names, records) -> None:
@@ -196,21 +178,46 @@ def _ordered_map(format_name: str, size_fn_spec, blocks, workers: int):
 
     With workers > 1 a process pool encodes them, spilling each block to its spill path,
     with a bounded number of blocks in flight; with one worker they are encoded in memory.
+    On Linux the workers are forked (so that they are children of this process) and die with it.
     """
     if workers <= 1:
         for items, _ in blocks:
             yield encode_block(format_name, size_fn_spec, items)
         return
-    with ProcessPoolExecutor(workers) as pool:
+    context = multiprocessing.get_context("fork") if sys.platform == "linux" else None
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_die_with_parent, initargs=(os.getpid(),))
+    try:
         def submit(items, spill_path):
-            return pool.submit(encode_block, format_name, size_fn_spec, items, str(spill_path))
+            return spill_path, pool.submit(encode_block, format_name, size_fn_spec, items, str(spill_path))
 
         pending = deque(submit(*block) for block in islice(blocks, workers * BLOCKS_AHEAD))
         while pending:
-            block = pending.popleft().result()
+            spill_path, future = pending.popleft()
+            with naming(spill_path):  # a worker that cannot write its spill (a full disk)
+                block = future.result()
             for next_block in islice(blocks, 1):
                 pending.append(submit(*next_block))
             yield block
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Pool initializer: have the kernel SIGKILL this worker when the pack process dies, even by kill -9.
+
+    Linux only (prctl PR_SET_PDEATHSIG).  The signal comes when the thread that forked the worker
+    ends; the pool forks all its workers from the thread running the pack, at its first submit, and
+    that thread outlives the pool.  A parent that died before prctl took effect sends no signal, so
+    the parent pid is checked after it: a worker already orphaned exits at once.  Where prctl is
+    refused (a seccomp sandbox) the worker still works; it only outlives a killed parent.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 class _Progress:

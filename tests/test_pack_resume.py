@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from corgi_io.manifest import open_manifest
+from corgi_io.storage import temp_name
 from corpus_factory import write_text
 
 pytestmark = pytest.mark.slow  # launches and kills `corgi pack` processes
@@ -51,7 +52,7 @@ def run_and_kill(cmd, env, out: Path, suffix: str, want: int, timeout: float = 6
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return False  # finished (or failed) before we could kill it
-            if len(finished_shards(out, suffix)) >= want and list(out.glob(f".shard-*{suffix}.tmp-*")):
+            if len(finished_shards(out, suffix)) >= want and list(out.glob(temp_name(f"shard-*{suffix}", "*"))):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 return True

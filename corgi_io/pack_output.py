@@ -1,0 +1,129 @@
+"""The OUTPUT folder of `corgi pack`, in whatever state a run killed at any moment left it.
+
+A pack writes, in order: the partial folder ``.corgi-partial/`` with its plan (made under a
+temporary name and renamed, so it appears whole), the shards (each under a temporary name,
+renamed when complete, after its resume record), the manifest (head last), and then removes
+the partial folder.  So OUTPUT is always in one of four states:
+
+* **finished** - the manifest head exists, the last file a pack writes; a partial folder beside
+  it is the leftover of a run killed during its clean-up;
+* **partial** - ``.corgi-partial/plan.json`` exists: a rerun with the same options resumes;
+* **empty** - nothing, or only what killed runs leave and no pack needs (temporary files and
+  folders, a partial folder holding no plan and only temporary files);
+* **foreign** - anything else, which is refused unless ``--overwrite``.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from corgi_io.errors import PackError
+from corgi_io.manifest import HEAD_NAME, PACK_METADATA
+from corgi_io.storage import temp_name, write_atomic
+
+PARTIAL_DIR = ".corgi-partial"
+PLAN_NAME = "plan.json"
+SHARD_PATTERN = "shard-*"  # shards and their sidecars
+
+
+def pack_files(output: Path) -> list:
+    """The files (or folders) of the pack in OUTPUT that exist: the manifest's, then the shards and sidecars."""
+    manifest = [output / name for name in PACK_METADATA if (output / name).exists()]
+    return manifest + sorted(output.glob(SHARD_PATTERN))
+
+
+def prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
+    """Check OUTPUT against this pack's identity and clear what killed runs left; True when it is finished.
+
+    Raises PackError for a foreign OUTPUT, or one holding a pack with other options, unless
+    `overwrite`, which first removes the pack there (other files stay).
+    """
+    if overwrite:
+        _remove(pack_files(output) + [output / PARTIAL_DIR])
+    recorded = _recorded_identity(output)
+    if recorded is None and not overwrite and _foreign_entries(output):
+        raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
+    if recorded is not None and recorded != identity:
+        changed = sorted(k for k in identity.keys() | recorded.keys() if identity.get(k) != recorded.get(k))
+        raise PackError(f"{output}: holds a pack made with different {', '.join(changed)}; "
+                        "pass --overwrite to replace it")
+    finished = (output / HEAD_NAME).exists()
+    _remove(_leftovers(output, finished))
+    output.mkdir(parents=True, exist_ok=True)
+    return finished
+
+
+def open_partial(output: Path, identity: dict) -> Path:
+    """The partial folder of a pack being written, made with its plan unless a killed run's can be resumed.
+
+    A new one is written under a temporary name and renamed, so that no kill can leave a
+    partial folder without its plan.
+    """
+    partial = output / PARTIAL_DIR
+    if not (partial / PLAN_NAME).exists():
+        staging = output / temp_name(PARTIAL_DIR)
+        staging.mkdir()
+        write_atomic(staging / PLAN_NAME, json.dumps(identity).encode())
+        staging.rename(partial)
+    return partial
+
+
+def finish_output(output: Path) -> None:
+    """Remove the partial folder and any leftovers once the manifest is written (a rerun would do the same)."""
+    _remove(_leftovers(output, finished=True))
+
+
+def _recorded_identity(output: Path):
+    """The options of the pack in OUTPUT, from its manifest head or else its plan; None when it has neither."""
+    for path, field in ((output / HEAD_NAME, "options"), (output / PARTIAL_DIR / PLAN_NAME, None)):
+        if not path.exists():
+            continue
+        try:
+            recorded = json.loads(path.read_bytes())
+            options = recorded[field] if field else recorded
+            problem = None if isinstance(options, dict) else "the options are not a JSON object"
+        except (ValueError, TypeError, KeyError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            raise PackError(f"{path}: unreadable ({problem}); pass --overwrite to replace the pack")
+        return options
+    return None
+
+
+def _foreign_entries(output: Path) -> list:
+    """What OUTPUT holds besides the leftovers of killed runs (OUTPUT holding no manifest and no plan)."""
+    if not output.exists():
+        return []
+    leftovers = set(_leftovers(output, finished=False))
+    return [path for path in output.iterdir() if path not in leftovers]
+
+
+def _leftovers(output: Path, finished: bool) -> list:
+    """What killed runs left in OUTPUT that no pack needs.
+
+    Temporary files and folders of any writer (in OUTPUT and in the manifest's folders, if it has
+    any); inside the partial folder of a pack to resume, its temporary files and block spills; the
+    partial folder itself once the pack is finished, or when it holds no plan and nothing but
+    temporary files (a run killed while creating it, by versions that did not create it whole).
+    """
+    pattern, partial = temp_name("*", "*"), output / PARTIAL_DIR
+    folders = [output, *(output / name for name in PACK_METADATA)]
+    found = [path for folder in folders if folder.is_dir() for path in folder.glob(pattern)]
+    if not partial.is_dir() or partial.is_symlink():
+        return found
+    inside = [*partial.glob(pattern), *partial.glob("*.spill")]
+    if (partial / PLAN_NAME).exists() and not finished:
+        return found + inside
+    if finished or set(partial.iterdir()) <= set(inside):
+        return found + [partial]
+    return found  # a partial folder without a plan that holds something else is not ours to delete
+
+
+def _remove(paths) -> None:
+    """Delete files and folders (a symlink itself, never what it points to); missing ones are fine."""
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
