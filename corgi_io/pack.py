@@ -9,13 +9,9 @@ kill at any moment resumes (see pack_output).  Worker processes die with the pac
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-import signal
 import sys
 import time
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
@@ -33,9 +29,9 @@ from corgi_io.checksum import DEFAULT_CHECKSUM
 from corgi_io.pack_output import finish_output, open_partial, prepare_output
 from corgi_io.shard_writer import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished, naming
 from corgi_io.sizing import load_size_fn
+from corgi_io.worker_pool import worker_pool
 
 BLOCKS_AHEAD = 3    # blocks in flight per worker: memory stays near workers * 3 * block bytes
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -184,8 +180,7 @@ def _ordered_map(format_name: str, size_fn_spec, blocks, workers: int):
         for items, _ in blocks:
             yield encode_block(format_name, size_fn_spec, items)
         return
-    context = multiprocessing.get_context("fork") if sys.platform == "linux" else None
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_die_with_parent, initargs=(os.getpid(),))
+    pool = worker_pool(workers)
     try:
         def submit(items, spill_path):
             return spill_path, pool.submit(encode_block, format_name, size_fn_spec, items, str(spill_path))
@@ -200,24 +195,6 @@ def _ordered_map(format_name: str, size_fn_spec, blocks, workers: int):
             yield block
     finally:
         pool.shutdown(cancel_futures=True)
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Pool initializer: have the kernel SIGKILL this worker when the pack process dies, even by kill -9.
-
-    Linux only (prctl PR_SET_PDEATHSIG).  The signal comes when the thread that forked the worker
-    ends; the pool forks all its workers from the thread running the pack, at its first submit, and
-    that thread outlives the pool.  A parent that died before prctl took effect sends no signal, so
-    the parent pid is checked after it: a worker already orphaned exits at once.  Where prctl is
-    refused (a seccomp sandbox) the worker still works; it only outlives a killed parent.
-    """
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 class _Progress:

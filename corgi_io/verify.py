@@ -16,7 +16,6 @@ problem: its blocks past the end are not read.  All problems are counted; the fi
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -26,6 +25,7 @@ from corgi_io.checksum import checksum_function
 from corgi_io.errors import FormatError
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
+from corgi_io.worker_pool import worker_pool
 from corgi_io.storage import open_storage
 
 
@@ -100,8 +100,7 @@ def _shard_reports(m, jobs: int, max_errors: int, storage_options):
         finally:
             checker.storage.close()
         return
-    pool = ProcessPoolExecutor(min(jobs, len(m.shards)), initializer=_start_worker,
-                               initargs=(m.root, max_errors, storage_options))
+    pool = worker_pool(min(jobs, len(m.shards)), _start_worker, (m.root, max_errors, storage_options))
     try:
         yield pool.map(_check_in_worker, range(len(m.shards)))
     finally:

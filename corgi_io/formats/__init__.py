@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from corgi_io.errors import FormatError
+from corgi_io.errors import FormatError  # noqa: F401  (re-exported: formats raise it)
 
 
 class Record(NamedTuple):
