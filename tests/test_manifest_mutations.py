@@ -288,6 +288,17 @@ def head_retype(t, rng, i):
     return f"{where} = {str(value)[:20]!r}", False
 
 
+HEAD_FIELDS = ("format", "options", "labels", "shards", "skipped", "checksum", "extensions", "counts")
+ONE_OF_EACH_TYPE = ([], {}, None, 10 ** 400, "x", True, 1.5, NESTED)
+
+
+def head_field_types(t, rng, i):
+    """Every required field of the head, in turn, as a value of every JSON type."""
+    name, value = HEAD_FIELDS[i // len(ONE_OF_EACH_TYPE)], ONE_OF_EACH_TYPE[i % len(ONE_OF_EACH_TYPE)]
+    set_head(t, **{name: value})
+    return f"{name} = {str(value)[:20]!r}", (name, value) not in (("options", {}), ("skipped", []))
+
+
 def head_number(t, rng, i):
     """An integer field outside its range, or off by one; only `options` (opaque to readers) is spared."""
     head = read_head(t)
@@ -543,6 +554,7 @@ def npz_member(t, rng, i):
 CAMPAIGN = [  # (kind, mutation, count, pack version)
     ("head: delete a field", head_delete, 20, "v2"),
     ("head: retype a field", head_retype, 30, "v2"),
+    ("head: each field as each type", head_field_types, len(HEAD_FIELDS) * len(ONE_OF_EACH_TYPE), "v2"),
     ("head: out-of-range number", head_number, 20, "v2"),
     ("head: bad version", head_version, 17, "v2"),
     ("head: shard path escape", head_path, 28, "v2"),
