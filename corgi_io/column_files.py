@@ -5,17 +5,43 @@ parsed (numpy's own parser: a literal, never a pickle), and its dtype, shape and
 equal what the manifest's schema and head declare, and the file's length must equal the
 header plus exactly that many items.  Memory is therefore bounded by the declared sizes,
 which the head has already checked against limits.  Local files are memory-mapped (the page
-cache is shared by every process that opens the pack); remote ones are read whole.
+cache is shared by every process that opens the pack); remote ones are read whole.  A local
+file must be a regular file that resolves inside the pack root: a symlink out of the pack is
+refused before it is opened, and so is a FIFO (opening one would block).
 """
 from __future__ import annotations
 
 import io
 import os
+import stat
+import tokenize
 import zipfile
 
 import numpy as np
 
 from corgi_io.errors import ManifestError
+
+HEADER_READ = 4096 + 16  # magic, version and length field, and the largest header accepted
+
+
+def most_bytes(expected_dtype, rows: int) -> int:
+    """The largest .npy file that can hold `rows` items of `expected_dtype`: read no more than this."""
+    return HEADER_READ + rows * np.dtype(expected_dtype).itemsize
+
+
+def local_file_size(path: str, root: str, where: str) -> int:
+    """The size of a local manifest file, refused unless it is a regular file that resolves inside `root`."""
+    try:
+        real = os.path.realpath(path, strict=True)
+        info = os.stat(real)
+    except OSError as exc:
+        raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real, real_root]) != real_root:
+        raise ManifestError(f"{where}: links to {real!r}, outside the pack root")
+    if not stat.S_ISREG(info.st_mode):
+        raise ManifestError(f"{where}: not a regular file")
+    return info.st_size
 
 
 def parse_header(head: bytes, where: str) -> tuple:
@@ -26,8 +52,8 @@ def parse_header(head: bytes, where: str) -> tuple:
         if version not in ((1, 0), (2, 0)):
             raise ValueError(f"unsupported .npy version {version}")
         reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = reader(stream, max_header_size=4096)
-    except (ValueError, SyntaxError, TypeError, EOFError, OverflowError) as exc:
+        shape, fortran, dtype = reader(stream, max_header_size=HEADER_READ - 16)
+    except (ValueError, SyntaxError, TypeError, EOFError, OverflowError, RecursionError, tokenize.TokenError) as exc:
         raise ManifestError(f"{where}: not a valid .npy column ({exc})") from None
     if fortran or dtype.hasobject:
         raise ManifestError(f"{where}: a column must be a plain C-ordered array, not {dtype}")
@@ -46,12 +72,13 @@ def check_column(dtype, shape, data_offset: int, file_size: int, expected_dtype,
                             f"{data_offset + shape[0] * dtype.itemsize}")
 
 
-def map_local_column(path: str, expected_dtype, length: int, where: str) -> np.ndarray:
-    """A read-only memory map of a local .npy column, after its header and size are checked."""
+def map_local_column(path: str, root: str, expected_dtype, length: int, where: str) -> np.ndarray:
+    """A read-only memory map of a local .npy column inside `root`, after its header and size are checked."""
+    local_file_size(path, root, where)
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            dtype, shape, offset = parse_header(f.read(min(size, 4096 + 16)), where)
+            dtype, shape, offset = parse_header(f.read(min(size, HEADER_READ)), where)
     except OSError as exc:
         raise ManifestError(f"{where}: cannot read column ({exc.strerror or exc})") from None
     check_column(dtype, shape, offset, size, expected_dtype, length, where)
@@ -62,7 +89,7 @@ def map_local_column(path: str, expected_dtype, length: int, where: str) -> np.n
 
 def column_from_bytes(raw: bytes, expected_dtype, length, where: str) -> np.ndarray:
     """A column from the whole bytes of an .npy file (remote packs), after the same checks."""
-    dtype, shape, offset = parse_header(raw[:4096 + 16], where)
+    dtype, shape, offset = parse_header(raw[:HEADER_READ], where)
     check_column(dtype, shape, offset, len(raw), expected_dtype, length, where)
     return np.frombuffer(raw, dtype=dtype, count=shape[0], offset=offset)
 
@@ -76,8 +103,8 @@ def read_npz_members(raw: bytes, where: str) -> dict:
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             infos = archive.infolist()
-            if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
-                raise ManifestError(f"{where}: compressed members are not allowed in a column file")
+            if any(info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1 for info in infos):
+                raise ManifestError(f"{where}: compressed or encrypted members are not allowed in a column file")
             if sum(info.file_size for info in infos) > len(raw):
                 raise ManifestError(f"{where}: members claim more bytes than the archive holds")
             return {info.filename.removesuffix(".npy"): archive.read(info) for info in infos}

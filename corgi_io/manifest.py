@@ -14,6 +14,13 @@ describes complete columns.  Every input is untrusted: the head is type-checked,
 column's dtype, length and file size must match the schema and the head before it is read,
 and the columns are validated against each other.  Any problem raises :class:`ManifestError`
 with one line naming the file.  Version-1 packs (one ``manifest.npz``, zlib CRC32) still open.
+
+What a reader tolerates, on purpose: head fields it does not know are ignored (a change that
+older readers must not ignore bumps ``corgi_manifest_version``); ``options`` is opaque (only a
+resumed `corgi pack` compares it); files in ``columns/`` that the schema does not name are
+never opened.  A local manifest file may be a symlink only to a regular file inside the pack
+root.  Shard files are not looked at here (that would be one stat per shard): their paths must
+be safe relative paths, and the readers check their sizes on first read.
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corgi_io.column_files import column_from_bytes, map_local_column, read_npz_members
+from corgi_io.column_files import column_from_bytes, local_file_size, map_local_column, most_bytes, read_npz_members
 from corgi_io.errors import ManifestError
 from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, parse_head, validate
 
@@ -185,21 +192,31 @@ def open_manifest(source, storage_options: dict | None = None) -> Manifest:
     head_url = storage.url(HEAD_NAME)
     if not storage.exists(HEAD_NAME):
         raise ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")
-    if storage.size(HEAD_NAME) > MAX_HEAD_BYTES:
-        raise ManifestError(f"{head_url}: larger than {MAX_HEAD_BYTES} bytes; not a manifest head")
-    head = parse_head(_read_whole(storage, HEAD_NAME), head_url)
+    head = parse_head(_read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES), head_url)
     arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _read_columns(storage, head)
     manifest = _build(root, head, arrays)
     validate(manifest, storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME))
     return manifest
 
 
-def _read_whole(storage, relpath: str) -> bytes:
-    """A whole manifest file; a missing or unreadable one is a ManifestError, storage trouble a StorageError."""
+def _read_whole(storage, relpath: str, most: int) -> bytes:
+    """A whole manifest file of at most `most` bytes, its size checked before it is read.
+
+    A missing, unreadable or oversized one is a ManifestError (so is a local one that is not a
+    regular file inside the root); storage trouble is a StorageError.
+    """
+    from corgi_io.storage import LocalStorage
+
+    where = storage.url(relpath)
     try:
-        return storage.read_all(relpath)
+        local = isinstance(storage, LocalStorage)
+        size = local_file_size(where, storage.root, where) if local else storage.size(relpath)
+        raw = b"" if size > most else storage.read_all(relpath)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-        raise ManifestError(f"{storage.url(relpath)}: cannot read ({exc.strerror or type(exc).__name__})") from None
+        raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if max(size, len(raw)) > most:  # too big to read, or it grew (or a server's size was wrong)
+        raise ManifestError(f"{where}: {max(size, len(raw))} bytes, more than the {most} it may hold")
+    return raw
 
 
 def _read_columns(storage, head: dict) -> dict:
@@ -210,16 +227,17 @@ def _read_columns(storage, head: dict) -> dict:
     for name, dtype in column_schema().items():
         url = storage.url(column_path(name))
         if isinstance(storage, LocalStorage):
-            arrays[name] = map_local_column(url, dtype, rows[name], url)
+            arrays[name] = map_local_column(url, storage.root, dtype, rows[name], url)
         else:
-            arrays[name] = column_from_bytes(_read_whole(storage, column_path(name)), dtype, rows[name], url)
+            raw = _read_whole(storage, column_path(name), most_bytes(dtype, rows[name]))
+            arrays[name] = column_from_bytes(raw, dtype, rows[name], url)
     return arrays
 
 
 def _read_v1_columns(storage, head: dict) -> dict:
     """The columns of a version-1 pack (one uncompressed npz, zlib CRC32, no extension column)."""
     where = storage.url(V1_COLUMNS_NAME)
-    raw = _read_whole(storage, V1_COLUMNS_NAME)
+    raw = _read_whole(storage, V1_COLUMNS_NAME, head["columns_bytes"])
     if len(raw) != head["columns_bytes"]:
         raise ManifestError(f"{where}: {len(raw)} bytes, head says {head['columns_bytes']}")
     members = read_npz_members(raw, where)
@@ -232,7 +250,8 @@ def _read_v1_columns(storage, head: dict) -> dict:
         if member is None:
             raise ManifestError(f"{where}: missing column {renamed.get(name, name)!r}")
         arrays[name] = column_from_bytes(member, dtype, None, f"{where}: column {renamed.get(name, name)!r}")
-    arrays["sample_ext"] = np.zeros(len(arrays["key_offsets"]) - 1, dtype=np.uint16)  # extension unknown: ""
+    rows = max(len(arrays["key_offsets"]) - 1, 0)  # no offsets at all: validate() refuses them
+    arrays["sample_ext"] = np.zeros(rows, dtype=np.uint16)  # extension unknown: ""
     return arrays
 
 

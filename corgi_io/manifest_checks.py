@@ -8,6 +8,7 @@ their blob.  Nothing here reads a file; both name `where` in their one-line erro
 from __future__ import annotations
 
 import json
+import reprlib
 
 import numpy as np
 
@@ -21,21 +22,40 @@ READABLE_VERSIONS = (1, 2)
 MAX_HEAD_BYTES = 1 << 30
 MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
 MAX_VALUE = 1 << 62       # offsets, lengths and sizes: sums of two never overflow int64
+SHORT = reprlib.Repr()  # bounded repr for messages: a 900-deep list or a 10**400 stays one short line
+SHORT.maxlevel, SHORT.maxstring, SHORT.maxother, SHORT.maxlong = 3, 60, 40, 40
 
 
 def _fail(where: str, message: str):
     raise ManifestError(f"{where}: {message}")
 
 
+def _is_integer(value) -> bool:
+    """True for a JSON integer: not a bool, not a float that happens to be whole (2.0)."""
+    return type(value) is int
+
+
 def _integer(value, where: str, name: str, least: int = 0, most: int = MAX_VALUE) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        _fail(where, f"{name} must be an integer in [{least}, {most}], not {value!r:.60}")
+    if not _is_integer(value) or not least <= value <= most:
+        _fail(where, f"{name} must be an integer in [{least}, {most}], not {SHORT.repr(value)}")
     return value
 
 
+def _is_text(value) -> bool:
+    """True for a str that encodes as UTF-8 (JSON can smuggle in lone surrogates, e.g. "\\ud800")."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _list_of(value, kind, where: str, name: str) -> list:
-    if not isinstance(value, list) or not all(isinstance(item, kind) for item in value):
-        _fail(where, f"{name} must be a list of {kind.__name__}")
+    valid = _is_text if kind is str else (lambda item: isinstance(item, kind))
+    if not isinstance(value, list) or not all(valid(item) for item in value):
+        _fail(where, f"{name} must be a list of {'UTF-8 strings' if kind is str else kind.__name__}")
     return value
 
 
@@ -48,14 +68,14 @@ def parse_head(raw: bytes, where: str) -> dict:
     if not isinstance(head, dict):
         _fail(where, "the head is not a JSON object")
     version = head.get("corgi_manifest_version")
-    if isinstance(version, bool) or version not in READABLE_VERSIONS:
-        _fail(where, f"manifest version {version!r:.40}; this corgi-io reads versions {READABLE_VERSIONS}")
+    if not _is_integer(version) or version not in READABLE_VERSIONS:
+        _fail(where, f"manifest version {SHORT.repr(version)}; this corgi-io reads versions {READABLE_VERSIONS}")
     fields = ("format", "options", "labels", "shards", "skipped") + (("columns",) if version == 1 else ("checksum", "extensions", "counts"))
     missing = [name for name in fields if name not in head]
     if missing:
         _fail(where, f"missing field {missing[0]!r}")
-    if head["format"] not in FORMATS:
-        _fail(where, f"unknown shard format {head['format']!r:.40}")
+    if not isinstance(head["format"], str) or head["format"] not in FORMATS:
+        _fail(where, f"unknown shard format {SHORT.repr(head['format'])}")
     if not isinstance(head["options"], dict):
         _fail(where, "options must be an object")
     parsed = {"version": version, "format": head["format"], "options": head["options"],
@@ -74,8 +94,8 @@ def _parse_v1_fields(head: dict, where: str) -> dict:
 
 
 def _parse_v2_fields(head: dict, where: str) -> dict:
-    if head["checksum"] not in CHECKSUMS:
-        _fail(where, f"unknown checksum {head['checksum']!r:.40}; known: {sorted(CHECKSUMS)}")
+    if not isinstance(head["checksum"], str) or head["checksum"] not in CHECKSUMS:
+        _fail(where, f"unknown checksum {SHORT.repr(head['checksum'])}; known: {sorted(CHECKSUMS)}")
     extensions = _list_of(head["extensions"], str, where, "extensions")
     if not extensions or len(extensions) > 1 << 16:
         _fail(where, "extensions must list between 1 and 65536 extensions")
@@ -98,7 +118,8 @@ def _parse_shards(shards, where: str) -> list:
         path = shard["path"]
         reason = shard_path_problem(path)
         if reason or path in seen:
-            _fail(where, f"shard {i} path {path!r:.80} {reason or 'is listed twice'}: it must be a relative path inside the pack")
+            _fail(where, f"shard {i} path {SHORT.repr(path)} {reason or 'is listed twice'}: "
+                         "it must be a relative path inside the pack")
         seen.add(path)
         parsed.append((path, *(_integer(shard.get(name), where, f"shard {i} {name}")
                               for name in ("bytes", "first_sample", "samples"))))
@@ -148,6 +169,8 @@ def _check_ranges(m, fail) -> None:
     for name, column in b.arrays.items():
         if len(column) and (column.min() < 0 or column.max() > MAX_VALUE):
             fail(f"block {name} outside [0, {MAX_VALUE}]")
+    if float(np.sum(s.size, dtype=np.float64)) > MAX_VALUE:  # block sums and schedules add sizes up in int64
+        fail(f"sample sizes add up to more than {MAX_VALUE}")
 
 
 def _first_outside(column, least, most) -> int:
