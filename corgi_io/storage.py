@@ -109,6 +109,7 @@ class LocalStorage(Storage):
                 self._close_idle(0, inherited=True)  # the parent's copies stay open in the parent
             entry = self._fds.get(path)
             if entry is None:
+                self._refuse_outside(path)
                 fd = os.open(path, os.O_RDONLY)  # non-inheritable across exec (PEP 446)
                 if self.fadvise and hasattr(os, "posix_fadvise"):
                     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # blocks are long runs
@@ -121,6 +122,16 @@ class LocalStorage(Storage):
             with self._lock:
                 entry[1] -= 1
                 self._close_idle(self.max_open)
+
+    def _refuse_outside(self, path: str) -> None:
+        """StorageError for a path whose real location (symlinks resolved) is not inside the real root.
+
+        Manifests name only relative paths, but a symlink inside a pack could still point
+        anywhere; one realpath per file opened keeps every read inside the pack.
+        """
+        root = os.path.realpath(self.root)
+        if not os.path.realpath(path).startswith(root.rstrip("/") + "/"):
+            raise StorageError(f"{path}: resolves to {os.path.realpath(path)}, outside the pack root {root}")
 
     def _close_idle(self, keep: int, inherited: bool = False) -> None:
         """Close least-recently-used descriptors no thread is using until at most `keep` remain."""
@@ -154,6 +165,7 @@ class LocalStorage(Storage):
 
     def read_all(self, relpath: str) -> bytes:
         """The whole file (manifest, index sidecars); not counted in `reads`."""
+        self._refuse_outside(self.url(relpath))
         with open(self.url(relpath), "rb") as f:
             return f.read()
 

@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from corgi_io.checksum import checksum_function
-from corgi_io.errors import FormatError
+from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
 from corgi_io.worker_pool import worker_pool
@@ -157,6 +157,8 @@ class _ShardChecker:
         except FileNotFoundError:
             report.add(Problem(shard.path, 0, "shard file is missing"))
             return 0
+        except StorageError:
+            raise  # the storage cannot be reached (after its retry budget): no verdict on the pack, stop here
         except OSError as exc:
             report.add(Problem(shard.path, 0, f"cannot stat shard: {exc}"))
             return 0

@@ -174,3 +174,14 @@ def test_storage_options_set_the_retry_budget_of_the_reads(http_server, urls):
         with pytest.raises(StorageError, match=r"(size|read) failed after \d+ attempts in 0\.\d s: ClientConnectorError"):
             pairs(ds)
         assert 0.5 <= time.monotonic() - start < 3
+
+
+def test_verify_stops_with_a_storage_error_when_the_server_is_down(http_server, urls):
+    """An unreachable server is no verdict on the pack: verify raises (one line) instead of listing every shard."""
+    from corgi_io import verify
+
+    m = open_manifest(urls["wds"])
+    with http_server.down():
+        with pytest.raises(StorageError, match=r"size failed after \d+ attempts") as info:
+            verify(m, progress=False, storage_options={"retry_seconds": 0.3, "backoff": 0.05})
+    assert urls["wds"] in str(info.value) and "\n" not in str(info.value)

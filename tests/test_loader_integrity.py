@@ -123,3 +123,22 @@ def test_without_verification_the_same_damage_goes_unnoticed(packs, tmp_path):
         assert run_epoch(copy, originals, verify=True, seed=i)[0] in ("complete", "raised")
         shutil.rmtree(copy)
     assert silent >= 10
+
+
+def test_a_shard_symlinked_outside_the_pack_is_never_read(packs, tmp_path):
+    """A shard path is relative, but the file there could be a symlink out of the pack: it is refused unread."""
+    root, _ = packs["wds"]
+    copy = tmp_path / "pack"
+    shutil.copytree(root, copy)
+    victim = shard_files(copy)[0]
+    secret = tmp_path / "SECRET.bin"
+    secret.write_bytes(victim.read_bytes())  # identical bytes: only the location check can refuse it
+    victim.unlink()
+    victim.symlink_to(secret)
+    with pytest.raises(StorageError, match="outside the pack root"):
+        list(CorgiPileDataset(copy, shuffle="none"))
+    inside = copy / "moved.tar"  # a symlink that stays inside the pack is fine
+    secret.rename(inside)
+    victim.unlink()
+    victim.symlink_to(inside)
+    assert len(list(CorgiPileDataset(copy, shuffle="none"))) == 48
