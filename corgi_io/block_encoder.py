@@ -42,7 +42,7 @@ class EncodedBlock:
     length: list = field(default_factory=list)
     data_offset: list = field(default_factory=list)
     size: list = field(default_factory=list)
-    checksum: list = field(default_factory=list)  # DEFAULT_CHECKSUM of each record's bytes
+    checksum: list = field(default_factory=list)  # running DEFAULT_CHECKSUM of the block's records (checksum.py)
     skipped: list = field(default_factory=list)  # (position, path, reason)
     payload_bytes: int = 0
 
@@ -69,7 +69,7 @@ def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None =
     """
     fmt, checksum = get_format(format_name), checksum_function(DEFAULT_CHECKSUM)
     size_fn = load_size_fn(size_fn_spec) if size_fn_spec else None
-    block, parts, position = EncodedBlock(), [], 0
+    block, parts, position, crc = EncodedBlock(), [], 0, 0  # crc runs through the block's records
     for item in items:
         try:
             payload = read_regular_file(item.path)
@@ -81,7 +81,7 @@ def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None =
             block.skipped.append((item.position, printable(item.path), f"unreadable: {exc.strerror or exc}"))
             continue
         record, data_offset = fmt.encode(item.key, item.ext, payload, item.label, size)
-        crc, length = 0, 0
+        length = 0
         for part in record:
             crc = checksum(part, crc)
             length += len(part)

@@ -97,7 +97,7 @@ class BlockReader:
             self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
         data = self.storage.read_range(*self.byte_range(piece))
         if self.verifier is not None:
-            self.verifier.check_records(start, stop, data)
+            self.verifier.check_piece(piece, data)
         return piece, data
 
     def _split(self, piece, data: bytes, resident: dict, repeats: dict) -> int:

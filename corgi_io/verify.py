@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from corgi_io.checksum import checksum_function
+from corgi_io.checksum import mismatched_records
 from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
@@ -124,7 +124,6 @@ class _ShardChecker:
 
     def __init__(self, m, max_errors: int = 20, storage_options: dict | None = None):
         self.m, self.fmt, self.max_errors = m, get_format(m.format), max_errors
-        self.checksum = checksum_function(m.checksum)
         self.storage = open_storage(m.root, **(storage_options or {}))
         # blocks lie in shard order (the manifest checks it): shard k's blocks are [bounds[k], bounds[k + 1])
         self.block_bounds = np.searchsorted(m.blocks.shard, np.arange(len(m.shards) + 1)).tolist()
@@ -180,10 +179,9 @@ class _ShardChecker:
 
     def _check_block(self, path: str, data: bytes, first: int, count: int, base: int) -> list:
         """Each record of one block whose checksum differs; if none, the block's framing disagreements."""
-        s, stop, view = self.m.samples, first + count, memoryview(data)
+        s, stop = self.m.samples, first + count
         offsets, lengths, sums = (column[first:stop].tolist() for column in (s.offset, s.length, s.checksum))
-        changed = [i for i, (offset, length, expected) in enumerate(zip(offsets, lengths, sums))
-                   if self.checksum(view[offset - base: offset - base + length]) != expected]
+        changed = mismatched_records(self.m.checksum, data, offsets, lengths, sums)
         keys = self.m.keys(first, stop)
         if changed:
             return [Problem(path, offsets[i], f"sample {keys[i]!r}: {self.m.checksum} mismatch (record bytes changed)",

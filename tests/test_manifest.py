@@ -75,16 +75,19 @@ def test_columns_are_consistent(packed_mixed, mixed_corpus, fmt):
     assert int(b.count.max()) <= 3
 
 
-def test_checksum_column_is_crc32c_of_record_bytes(packed_mixed):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_checksum_column_is_the_running_crc32c_of_each_block(packed_mixed, fmt):
+    """A sample's checksum is CRC32C of its block's bytes from the block's start through its own record."""
     import crc32c
 
-    out = packed_mixed("wds")
+    out = packed_mixed(fmt)
     m = open_manifest(out)
-    s = m.samples
-    for i in range(m.num_samples):
-        with open(out / m.shards[int(s.shard[i])].path, "rb") as f:
-            f.seek(int(s.offset[i]))
-            assert crc32c.crc32c(f.read(int(s.length[i]))) == int(s.checksum[i])
+    s, b = m.samples, m.blocks
+    for block in range(len(b)):
+        shard = (out / m.shards[int(b.shard[block])].path).read_bytes()
+        for i in range(int(b.first[block]), int(b.first[block] + b.count[block])):
+            prefix = shard[int(b.offset[block]):int(s.offset[i] + s.length[i])]
+            assert crc32c.crc32c(prefix) == int(s.checksum[i]), (block, i)
 
 
 def test_open_manifest_accepts_string_and_manifest(packed_mixed):

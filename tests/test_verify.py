@@ -108,14 +108,21 @@ def test_flipped_byte_is_named_with_shard_and_offset(pack_copy, corgi, which, wh
 
 
 def rewrite_crc(out: Path, i: int) -> None:
-    """Make the manifest's checksum of sample i agree with the (damaged) shard, so only framing checks remain."""
+    """Make the manifest's checksums agree with the (damaged) shard, so only framing checks remain.
+
+    The checksums run through each block, so sample i's and those after it in its block are recomputed.
+    """
     m = open_manifest(out)
-    with open(out / m.shards[int(m.samples.shard[i])].path, "rb") as f:
-        f.seek(int(m.samples.offset[i]))
-        crc = crc32c.crc32c(f.read(int(m.samples.length[i])))
+    s = m.samples
+    block = int(np.searchsorted(m.blocks.first, i, side="right")) - 1
+    stop = int(m.blocks.first[block] + m.blocks.count[block])
     column = out / "columns" / "sample_checksum.npy"
     checksums = np.load(column, allow_pickle=False)
-    checksums[i] = crc
+    running = int(checksums[i - 1]) if i > m.blocks.first[block] else 0
+    with open(out / m.shards[int(s.shard[i])].path, "rb") as f:
+        for j in range(i, stop):
+            f.seek(int(s.offset[j]))
+            running = checksums[j] = crc32c.crc32c(f.read(int(s.length[j])), running)
     np.save(column, checksums)
 
 
