@@ -1,7 +1,7 @@
 """Reading untrusted `.npy` column files without trusting their headers.
 
 A manifest's columns are plain `.npy` arrays.  Before a byte of data is read, the header is
-parsed (numpy's own parser: a literal, never a pickle), and its dtype, shape and order must
+parsed (numpy's own parser: a Python literal, never code), and its dtype, shape and order must
 equal what the manifest's schema and head declare, and the file's length must equal the
 header plus exactly that many items.  Memory is therefore bounded by the declared sizes,
 which the head has already checked against limits.  Local files are memory-mapped (the page

@@ -159,7 +159,7 @@ def _declared_rows(counts: dict) -> dict:
 
 def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
     """Write every column then the head, each atomically (temporary name, then rename)."""
-    from corgi_io.storage import atomic_output
+    from corgi_io.atomic import atomic_output
 
     root = Path(root)
     key_blob, key_offsets = encode_keys(keys)

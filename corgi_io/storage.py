@@ -1,4 +1,4 @@
-"""Ranged reads of shard files in place, plus atomic writes for pack output.
+"""Ranged reads of shard files in place (atomic writes live in corgi_io.atomic).
 
 The loader reads each block with one `read_range`; the manifest holds every
 offset and size, so nothing is listed or stat'ed per sample. Local paths (and
@@ -332,49 +332,3 @@ class FsspecStorage(Storage):
 
     def close(self) -> None:
         self._fs = None
-
-
-def temp_name(name: str, pid: int | str | None = None) -> str:
-    """The hidden name `.<name>.tmp-<pid>` under which `name` is written before it is renamed into place.
-
-    The pid (this process by default) keeps concurrent writers apart; ``temp_name("*", "*")``
-    is the glob that finds the leftovers of any writer that was killed before its rename.
-    """
-    return f".{name}.tmp-{os.getpid() if pid is None else pid}"
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, mode: str = "wb"):
-    """Write a local file so readers see the old file or the whole new one, never a part.
-
-    Writes `temp_name(name)` beside it, fsyncs, os.replace()s, fsyncs the
-    directory. On an exception the temp file is removed and `path` is untouched;
-    an OSError that names no file (a failed write or fsync: a full disk) is given `path`.
-    """
-    if mode not in ("wb", "w"):
-        raise ValueError(f"atomic_output mode must be 'wb' or 'w', not {mode!r}")
-    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
-    tmp = os.path.join(directory, temp_name(name))
-    try:
-        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = os.fspath(path)
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)  # make the rename itself durable
-    finally:
-        os.close(dfd)
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Atomically replace `path` with `data` (see atomic_output)."""
-    with atomic_output(path, "wb") as f:
-        f.write(data)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from corgi_io.manifest import open_manifest
-from corgi_io.storage import temp_name
+from corgi_io.atomic import temp_name
 from corpus_factory import write_text
 
 pytestmark = pytest.mark.slow  # launches and kills `corgi pack` processes
