@@ -5,8 +5,9 @@ block's record bytes from the block's first record through its own.  Two things 
 
 * any contiguous piece of a block is checked with ONE call over its bytes, started from the
   previous record's value (0 at the block's start) and compared with the piece's last value:
-  the loader's hot path costs one C call per piece, which releases the GIL, instead of a
-  Python step per sample;
+  the loader's hot path costs one C call per piece (which releases the GIL for pieces of
+  32 KiB and more, so reading threads check while the consumer runs) instead of a Python
+  step per sample;
 * each record can still be checked on its own, from its predecessor's stored value, so
   `corgi verify` and a failed piece name exactly the records that changed.
 
@@ -16,14 +17,11 @@ Version-1 manifests stored zlib CRC32 per record (not running); they are still c
 """
 from __future__ import annotations
 
-import functools
 import zlib
 
 import crc32c
 
-# gil_release_mode=1: release the GIL for every call, so the loader's reading threads check pieces
-# while the consumer thread runs
-CHECKSUMS = {"crc32": zlib.crc32, "crc32c": functools.partial(crc32c.crc32c, gil_release_mode=1)}
+CHECKSUMS = {"crc32": zlib.crc32, "crc32c": crc32c.crc32c}
 DEFAULT_CHECKSUM = "crc32c"
 RUNNING = {"crc32": False, "crc32c": True}  # whether a manifest's values run through each block
 
