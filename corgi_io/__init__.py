@@ -7,11 +7,11 @@ The torch-free public face; the loaders live in `corgi_io.loaders` (the only par
     manifest = open_manifest("packed/")      # or an http://, hdfs://, s3:// URL
 """
 from corgi_io.errors import (BadInput, CorgiError, CorpusError, CorruptDataError, FormatError, ManifestError,
-                             PackError, StorageError)
+                             PackError, ResumeError, StorageError)
 from corgi_io.manifest import Manifest, open_manifest
 from corgi_io.pack import PackOptions, pack
 from corgi_io.verify import verify
 
 __all__ = ["BadInput", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "Manifest", "ManifestError",
-           "PackError", "PackOptions", "StorageError", "open_manifest", "pack", "verify"]
+           "PackError", "PackOptions", "ResumeError", "StorageError", "open_manifest", "pack", "verify"]
 __version__ = "0.1.0"

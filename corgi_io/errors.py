@@ -14,6 +14,7 @@ written against those keeps working.
     │   └── BadInput      one input file that cannot be packed (skipped, or fatal under --strict)
     ├── PackError         a pack that cannot proceed
     ├── CorruptDataError  bytes read by the loader that fail their checksum or their decoder
+    ├── ResumeError       a saved loader state that does not fit this dataset
     └── StorageError      a read or write that failed (also an OSError)
 """
 from __future__ import annotations
@@ -60,6 +61,10 @@ class CorruptDataError(CorgiError, ValueError):
     def __init__(self, message: str, *, shard: str | None = None, offset: int | None = None, key: str | None = None):
         super().__init__(message)
         self.shard, self.offset, self.key = shard, offset, key
+
+
+class ResumeError(CorgiError, ValueError):
+    """A saved loader state that cannot resume this dataset: another pack, seed, shuffle or batch size."""
 
 
 class StorageError(CorgiError, OSError):

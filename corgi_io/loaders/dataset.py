@@ -15,8 +15,11 @@ import torch
 
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
-from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES, assign_ranks, check_mode, buffer_plan, fit_cost, samples_per_rank, split_workers
-from corgi_io.errors import CorruptDataError, plain_message
+from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, assign_ranks, block_order, block_pieces, buffer_plan,
+                               check_mode, fit_cost, samples_per_rank, split_workers)
+from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
+                                      skip_consumed, worker_state)
+from corgi_io.errors import CorruptDataError, ResumeError, plain_message
 from corgi_io.storage import open_storage
 
 from .decode import DEFAULT_MAX_PIXELS, get_decoder
@@ -77,6 +80,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
+        self._resume = None      # a merged saved state, applied by the next iteration of its epoch
+        self._progress = None    # (epoch, finished segments, world, workers, worker, yielded) of this process
 
     @property
     def storage(self):
@@ -128,32 +133,114 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         """Samples this rank yields per epoch (the same on every rank)."""
         return samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
 
-    def worker_pieces(self, worker: int, num_workers: int):
-        """The pieces one DataLoader worker of this rank reads this epoch."""
-        m = self.manifest
+    def worker_pieces(self, worker: int, num_workers: int, table=None, world_size=None, rank=None):
+        """The pieces one DataLoader worker of a rank (this one by default) reads this epoch.
+
+        `table` (rows (block, start, stop)), when given, is a resume remainder: it is cut into
+        equal per-rank counts in its own order instead of the epoch's blocks.
+        """
+        m, world_size = self.manifest, world_size or self.world_size
+        rank = self.rank if rank is None else rank
+        if table is not None:
+            ranks = assign_ranks(table[:, 1], table[:, 2] - table[:, 1], world_size, seed=self.seed,
+                                 epoch=self.epoch, drop_last=self.drop_last, shuffle_blocks=False)
+            pieces = split_workers(ranks[rank], num_workers)[worker]
+            return np.column_stack([table[pieces[:, 0], 0], pieces[:, 1:]]) if len(pieces) else pieces
         balance = self.balance if self.balance != "dynamic" or self.cost_model is not None else "size"
-        ranks = assign_ranks(m.blocks.first, m.blocks.count, self.world_size, seed=self.seed, epoch=self.epoch,
+        ranks = assign_ranks(m.blocks.first, m.blocks.count, world_size, seed=self.seed, epoch=self.epoch,
                              balance=balance, drop_last=self.drop_last,
                              sizes=m.samples.size if balance != "count" else None, cost_model=self.cost_model,
                              partitions=self.block_owner,
-                             shuffle_blocks=self.shuffle not in ("none", "window"))  # the baselines keep stored order
-        return split_workers(ranks[self.rank], num_workers)[worker]
+                             shuffle_blocks=self._shuffles_blocks())
+        return split_workers(ranks[rank], num_workers)[worker]
 
-    def plan(self, worker: int = 0, num_workers: int = 1):
+    def _shuffles_blocks(self) -> bool:
+        return self.shuffle not in ("none", "window")  # the baselines keep stored order
+
+    def plan(self, worker: int = 0, num_workers: int = 1, table=None, world_size=None, rank=None):
         """The buffer plan of one worker: (pieces to read, sample ids to yield) per buffer."""
         m = self.manifest
         window = int(self.buffer_blocks * m.blocks.count.mean()) if len(m.blocks) else 1
-        return buffer_plan(self.worker_pieces(worker, num_workers), shuffle=self.shuffle,
-                           buffer_pieces=self.buffer_blocks, seed=self.seed, epoch=self.epoch, rank=self.rank,
-                           worker=worker, window_samples=max(1, window), sizes=m.samples.size,
-                           batch_size=self.batch_size)
+        return buffer_plan(self.worker_pieces(worker, num_workers, table, world_size, rank), shuffle=self.shuffle,
+                           buffer_pieces=self.buffer_blocks, seed=self.seed, epoch=self.epoch,
+                           rank=self.rank if rank is None else rank, worker=worker, window_samples=max(1, window),
+                           sizes=m.samples.size, batch_size=self.batch_size)
+
+    # --- resume: state_dict / load_state_dict in the torchdata StatefulDataLoader convention -----------------
+
+    def _identity(self) -> dict:
+        """What a saved state must agree on to resume this dataset (the world size and workers may differ)."""
+        m = self.manifest
+        return {"pack": pack_fingerprint(m.format, m.checksum, m.options, m.shards), "seed": self.seed,
+                "shuffle": self.shuffle, "balance": self.balance, "drop_last": self.drop_last,
+                "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
+                "partitioned": self.block_owner is not None}
+
+    def state_dict(self) -> dict:
+        """This process's progress through the epoch as small JSON data (StatefulDataLoader collects it per worker)."""
+        epoch, finished, world, workers, worker, yielded = self._progress or (self.epoch, [], self.world_size, 1, 0, 0)
+        return worker_state(self._identity(), epoch, finished, world, workers, worker, yielded)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from a state saved by `state_dict`, or from a whole `StatefulDataLoader.state_dict()` of any one rank.
+
+        The next iteration of the saved epoch continues it: exactly where it stopped when the
+        world size and worker count are the same, else with the samples no rank yielded, spread
+        over the new world (docs/algorithms.md).  Raises ResumeError for a state of another
+        pack, seed, shuffle, balance, batch size or buffer size.
+        """
+        merged = merge_states(find_states(state), self._identity())
+        if merged["world_size"] != self.world_size and self.block_owner is not None:
+            raise ResumeError("partitions= pins shards to ranks: resume it with the same world size")
+        self._resume = merged
+        self.epoch = merged["epoch"]
+
+    def _epoch_plan(self, worker: int, num_workers: int):
+        """(buffer plan, finished segments, yielded so far) of this worker for the current epoch, resumed if due."""
+        resume, self._resume = (self._resume, None) if self._resume and self._resume["epoch"] == self.epoch \
+            else (None, self._resume)
+        if resume is None:
+            return self.plan(worker, num_workers), [], 0
+        finished = resume["finished"]
+        if (self.world_size, num_workers) == (resume["world_size"], resume["num_workers"]) \
+                and worker in resume["yielded"]:
+            plan = list(self.plan(worker, num_workers, self._remainder(finished)))
+            return skip_consumed(plan, resume["yielded"][worker]), finished, resume["yielded"][worker]
+        if len(resume["yielded"]) != resume["num_workers"]:
+            raise ResumeError(f"the state holds {len(resume['yielded'])} of {resume['num_workers']} workers' "
+                              "progress; resuming with another world size or worker count needs the whole "
+                              "StatefulDataLoader state of one rank")
+        finished = finished + [{"world_size": resume["world_size"], "num_workers": resume["num_workers"],
+                                "yielded": [resume["yielded"][w] for w in range(resume["num_workers"])]}]
+        return self.plan(worker, num_workers, self._remainder(finished)), finished, 0
+
+    def _remainder(self, finished: list):
+        """The pieces no rank yielded in the `finished` segments of this epoch (None: no segment finished)."""
+        if not finished:
+            return None
+        m = self.manifest
+        table = block_pieces(block_order(len(m.blocks), self.seed, self.epoch, self._shuffles_blocks()),
+                             m.blocks.first, m.blocks.count)
+        previous = None
+        for segment in finished:
+            def orders_of(rank, worker, previous=previous, segment=segment):
+                plan = self.plan(worker, segment["num_workers"], previous, segment["world_size"], rank)
+                return (order for _, order in plan)
+
+            consumed = consumed_samples(m.num_samples, orders_of, segment["world_size"], segment["yielded"])
+            table = previous = remainder_pieces(table, consumed)
+        return table
 
     def __iter__(self):
         worker, num_workers = worker_and_count()
         reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
                              verify=self.verify_reads)
         self.last_reader = reader
-        for sample in reader.samples(self.plan(worker, num_workers)):
+        plan, finished, yielded = self._epoch_plan(worker, num_workers)
+        self._progress = (self.epoch, finished, self.world_size, num_workers, worker, yielded)
+        for sample in reader.samples(plan):
+            yielded += 1
+            self._progress = (self.epoch, finished, self.world_size, num_workers, worker, yielded)
             if self.decode is not None:
                 sample["data"] = self._decoded(sample)
             if self.transform is not None:
