@@ -2,6 +2,9 @@
 
 Each rank trains for --epochs over a CorgiPileDataset and writes, per epoch, its step count
 and the keys it saw to OUT/rank<r>.json, so the test can check equal steps and coverage.
+With --stop-after N every rank stops after N steps of the first epoch and saves its
+StatefulDataLoader state to OUT/state-rank<r>.json (a preemption); with --resume-from FILE
+every rank loads that one saved state (elastic: the world size may differ) and finishes the epoch.
 """
 import argparse
 import json
@@ -11,6 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io.loaders import CorgiPileDataset
 
@@ -22,17 +26,22 @@ def main():
     parser.add_argument("--balance", default="size")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--stop-after", type=int, help="save the loader state after this many steps and stop")
+    parser.add_argument("--resume-from", type=Path, help="a loader state saved by one rank of an earlier run")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     dataset = CorgiPileDataset(args.dataset, buffer_blocks=2, balance=args.balance, batch_size=args.batch_size)
+    if args.resume_from:
+        dataset.load_state_dict(json.loads(args.resume_from.read_text()))
     model = DistributedDataParallel(torch.nn.Linear(1, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     report = {"len": len(dataset), "epochs": []}
     for epoch in range(args.epochs):
-        dataset.set_epoch(epoch)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, num_workers=2)
+        if not args.resume_from:
+            dataset.set_epoch(epoch)
+        loader = StatefulDataLoader(dataset, batch_size=args.batch_size, num_workers=2)
         keys, steps = [], 0
         for batch in loader:
             start = time.perf_counter()
@@ -44,6 +53,10 @@ def main():
             dataset.observe(time.perf_counter() - start, batch["size"])
             keys += batch["key"]
             steps += 1
+            if steps == args.stop_after:
+                args.out.mkdir(parents=True, exist_ok=True)
+                (args.out / f"state-rank{rank}.json").write_text(json.dumps(loader.state_dict()))
+                break
         report["epochs"].append({"steps": steps, "keys": keys, "cost_model": dataset.cost_model})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(report))
