@@ -24,6 +24,7 @@ from corgi_io.storage import open_storage
 
 from .decode import DEFAULT_MAX_PIXELS, get_decoder
 from .distributed import gather_cost_models, rank_and_world, worker_and_count
+from .shared_epoch import SharedEpoch
 
 _warned_static_fallback = False
 
@@ -77,6 +78,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.block_owner = None if partitions is None else self._block_owner(partitions)
         self.epoch = 0
         self.cost_model = None           # per-rank (a, b) agreed at the last set_epoch, for balance="dynamic"
+        self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
@@ -115,8 +117,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         """Choose the epoch whose block order and shuffles the next iteration uses.
 
         With balance="dynamic", all ranks must call it together: they exchange their fitted
-        speeds through torch.distributed.  Use DataLoader(persistent_workers=False) so that
-        workers see the new epoch.
+        speeds through torch.distributed.  DataLoader workers, persistent ones included, take
+        the new epoch and cost model from shared memory when they start the next iteration.
         """
         self.epoch = int(epoch)
         if self.balance == "dynamic":
@@ -128,6 +130,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                 _warned_static_fallback = True
                 warnings.warn("balance='dynamic' has no process group or no measured steps yet; "
                               "using static size balance this epoch", stacklevel=2)
+        self._shared_epoch.publish(self.epoch, self.cost_model)
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (the same on every rank)."""
@@ -232,6 +235,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         return table
 
     def __iter__(self):
+        self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
         reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
                              verify=self.verify_reads)
