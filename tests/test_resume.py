@@ -211,3 +211,12 @@ def test_elastic_resume_yields_every_remaining_sample_once_with_equal_steps(pack
     assert sum(remaining.values()) - len(remaining) < w1          # padding repeats fewer than one sample per rank
     assert len({sum(len(b) for b in rank) for rank in after}) == 1  # equal samples per new rank
     assert len({len(rank) for rank in after}) == 1                 # and equal batches: no rank can hang DDP
+
+
+def test_a_dataset_that_iterated_still_pickles_for_spawn_workers(packed):
+    import pickle
+
+    ds = CorgiPileDataset(packed)
+    first = [s["key"] for s in ds]
+    copy = pickle.loads(pickle.dumps(ds))
+    assert [s["key"] for s in copy] == first

@@ -85,6 +85,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._resume = None      # a merged saved state, applied by the next iteration of its epoch
         self._progress = None    # (epoch, finished segments, world, workers, worker, yielded) of this process
 
+    def __getstate__(self):
+        """What DataLoader workers (spawn, forkserver) and copies get: no open storage, no last reader (locks)."""
+        return {**self.__dict__, "_storage": None, "_storage_pid": None, "last_reader": None}
+
     @property
     def storage(self):
         """This process's Storage (DataLoader workers each open their own)."""
