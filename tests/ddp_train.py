@@ -38,10 +38,10 @@ def main():
     model = DistributedDataParallel(torch.nn.Linear(1, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     report = {"len": len(dataset), "epochs": []}
+    loader = StatefulDataLoader(dataset, batch_size=args.batch_size, num_workers=2, persistent_workers=True)
     for epoch in range(args.epochs):
         if not args.resume_from:
             dataset.set_epoch(epoch)
-        loader = StatefulDataLoader(dataset, batch_size=args.batch_size, num_workers=2)
         keys, steps = [], 0
         for batch in loader:
             start = time.perf_counter()
