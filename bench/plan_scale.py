@@ -120,9 +120,8 @@ def mark(value: float, target: float) -> str:
 
 def balance_note(table: BlockTable, spec: EpochSpec) -> str:
     """Max/mean of every rank's size sum under this plan, and under count balance."""
-    plan = plan_epoch(table, spec)
-    loads = np.array([table.sizes_of(plan.rank(r)).sum() for r in range(spec.world_size)], np.float64)
-    by_count = plan_epoch(table, replace(spec, balance="count")).rank_sizes(table, spec.world_size)
+    loads = np.array([table.sizes_of(p).sum() for p in plan_epoch(table, spec).ranks()], np.float64)
+    by_count = plan_epoch(table, replace(spec, balance="count")).rank_sizes(table)
     return f"  size max/mean {loads.max() / loads.mean():.4f} (count {by_count.max() / by_count.mean():.4f})"
 
 
@@ -137,7 +136,7 @@ def measure(table: BlockTable, spec: EpochSpec) -> str:
     worker = worker_seconds(pieces, spec, rank)
     if spec.balance == "count":
         before, _ = timed(lambda: all_ranks_count_plan(table, spec), repeat=1)
-        per_rank = (f"per-rank {seconds:.3f} s (<= {TARGET_COUNT_S:g} s {mark(seconds, TARGET_COUNT_S)}; "
+        per_rank = (f"per-rank {seconds:.4f} s (<= {TARGET_COUNT_S:g} s {mark(seconds, TARGET_COUNT_S)}; "
                     f"all-ranks plan of before {before:.3f} s: {before / seconds:,.0f}x faster)")
         note = ""
     else:

@@ -26,7 +26,7 @@ from .spec import BlockTable, EpochSpec
 
 def plan_epoch(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=None):
     """The epoch's assignment, as an object whose ``.rank(r)`` gives rank r's pieces
-    (int64 (P, 3) rows ``(block, start, stop)``, in read order).
+    (int64 (P, 3) rows ``(block, start, stop)``, in read order) and ``.ranks()`` all of them.
 
     Every rank gets exactly ``n = spec.samples_per_rank(N)`` samples. Without ``drop_last``
     every sample is read at least once and the ``W * n - N`` extra reads repeat the head of
@@ -55,7 +55,7 @@ def plan_epoch(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=Non
     budgets_for = functools.partial(rank_budgets, cost_model=model, world_size=w)  # (total size, n) -> budgets
     if owner is not None:
         return partition_plan(table, spec, owner, budgets_for, cost)
-    by_count = CountPlan(EpochSequence.of_epoch(table, spec), spec.samples_per_rank(table.num_samples))
+    by_count = CountPlan(EpochSequence.of_epoch(table, spec), spec.samples_per_rank(table.num_samples), w)
     if spec.balance == "count" or by_count.n == 0 or w == 1:
         return by_count
     tiebreak = epoch_rng(spec.seed, spec.epoch, BALANCE).permutation(w)
@@ -64,7 +64,7 @@ def plan_epoch(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=Non
 
 def rank_plan(table: BlockTable, spec: EpochSpec, rank: int, *, cost_model=None, owner=None) -> np.ndarray:
     """One rank's pieces of the epoch (see ``plan_epoch``): compute it once per rank and epoch
-    and give each worker its share (``split_workers``)."""
+    and give each worker its share (``worker_share``)."""
     if not 0 <= rank < spec.world_size:
         raise ValueError(f"rank must be in [0, {spec.world_size}), got {rank}")
     return plan_epoch(table, spec, cost_model=cost_model, owner=owner).rank(rank)
@@ -72,8 +72,7 @@ def rank_plan(table: BlockTable, spec: EpochSpec, rank: int, *, cost_model=None,
 
 def epoch_plans(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=None) -> list[np.ndarray]:
     """Every rank's pieces (for simulations and reports: a loader needs only ``rank_plan``)."""
-    plan = plan_epoch(table, spec, cost_model=cost_model, owner=owner)
-    return [plan.rank(r) for r in range(spec.world_size)]
+    return plan_epoch(table, spec, cost_model=cost_model, owner=owner).ranks()
 
 
 def assign_ranks(block_first, block_count, world_size: int, *, seed: int, epoch: int,

@@ -30,6 +30,9 @@ class PartitionPlan:
     cost: np.ndarray
     threshold: float
 
+    def ranks(self) -> list[np.ndarray]:
+        return [self.rank(r) for r in range(len(self.bounds) - 1)]
+
     def own(self, rank: int) -> EpochSequence:
         return EpochSequence.of_blocks(self.grouped[self.bounds[rank]:self.bounds[rank + 1]], self.table)
 

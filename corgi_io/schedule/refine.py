@@ -27,6 +27,8 @@ def refine(rows: np.ndarray, load: np.ndarray, budgets: np.ndarray, cost: np.nda
     (each swap adds at most 4); ``load`` is updated."""
     a, fixed = cost[:, 0], cost[:, 1] * n
     ideal = (a * budgets + fixed).max()
+    if (a * load + fixed).max() <= ideal * (1 + TOLERANCE):
+        return rows
     rows = rows[np.argsort(rows[:, 0], kind="stable")]
     bounds = np.searchsorted(rows[:, 0], np.arange(len(load) + 1))
     changed: dict[int, np.ndarray] = {}

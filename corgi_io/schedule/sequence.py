@@ -58,9 +58,14 @@ class CountPlan:
     sequence: EpochSequence
     n: int
 
+    world_size: int
+
     def rank(self, rank: int) -> np.ndarray:
         return self.sequence.cut(rank * self.n, (rank + 1) * self.n)
 
-    def rank_sizes(self, table: BlockTable, world_size: int) -> np.ndarray:
+    def ranks(self) -> list[np.ndarray]:
+        return [self.rank(r) for r in range(self.world_size)]
+
+    def rank_sizes(self, table: BlockTable) -> np.ndarray:
         """Every rank's size sum, reading the samples of only the W + 1 blocks the slices' ends fall in."""
-        return np.diff(self.sequence.size_before(table, np.arange(world_size + 1) * self.n))
+        return np.diff(self.sequence.size_before(table, np.arange(self.world_size + 1) * self.n))

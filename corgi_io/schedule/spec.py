@@ -103,7 +103,7 @@ class BlockTable:
         blocks, start, stop = pieces.T
         out = self.size_sum[blocks].copy()
         for i in np.flatnonzero((start != self.first[blocks]) | (stop != self.first[blocks] + self.count[blocks])):
-            out[i] = int(np.sum(self.sizes[start[i]:stop[i]], dtype=np.int64))
+            out[i] = int(self.samples(start[i], stop[i]).sum())
         return out
 
     def samples(self, start: int, stop: int) -> np.ndarray:
