@@ -9,6 +9,8 @@ which equalises the two ranks. Each swap adds at most 4 reads.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 ROUNDS_PER_RANK, TOLERANCE, CANDIDATES = 2, 5e-3, 3
@@ -58,34 +60,45 @@ def _swap(hi_rows: np.ndarray, lo_rows: np.ndarray, delta: float, table, close: 
 
     Candidates: the ``CANDIDATES`` densest pieces of hi against the ``CANDIDATES`` sparsest of lo,
     each pair with the window length their densities suggest and 6 lengths from 1 to the shorter
-    piece at geometric steps; the search stops at the first pair with a swap within ``close`` of
-    ``delta``."""
-    density = lambda rows: rows[:, 5] / (rows[:, 4] - rows[:, 3])  # noqa: E731
-    dense, sparse = np.argsort(-density(hi_rows))[:CANDIDATES], np.argsort(density(lo_rows))[:CANDIDATES]
-    read = {}
-    best = (abs(delta), None)
-    for i in dense.tolist():
-        for j in sparse.tolist():
-            u, v = hi_rows[i], lo_rows[j]
-            gap = density(hi_rows[i:i + 1])[0] - density(lo_rows[j:j + 1])[0]
-            su = read.setdefault(("hi", i), table.samples(u[3], u[4]))
-            sv = read.setdefault(("lo", j), table.samples(v[3], v[4]))
-            longest = min(len(su), len(sv))
-            lengths = set(np.geomspace(1, longest, 6).astype(int).tolist())
-            for k in sorted(lengths | ({min(longest, max(1, round(delta / gap)))} if gap > 0 else set()), reverse=True):
-                ou, ov, moved = _offsets(su, sv, k, delta)
-                if abs(moved - delta) < best[0]:
-                    best = (abs(moved - delta), (i, j, ou, ov, k, moved))
-            if best[0] <= close:
-                break
-        if best[0] <= close:
+    piece at geometric steps; the search stops at the first swap within ``close`` of ``delta``."""
+    dense_hi, dense_lo = _density(hi_rows), _density(lo_rows)
+    read: dict = {}
+
+    def sizes(rows, i):  # each candidate piece's samples are read once
+        if (id(rows), i) not in read:
+            read[id(rows), i] = table.samples(rows[i, 3], rows[i, 4])
+        return read[id(rows), i]
+
+    best, best_miss = None, abs(delta)
+    for i, j in itertools.product(np.argsort(-dense_hi)[:CANDIDATES].tolist(),
+                                  np.argsort(dense_lo)[:CANDIDATES].tolist()):
+        su, sv = sizes(hi_rows, i), sizes(lo_rows, j)
+        for k in _lengths(min(len(su), len(sv)), delta, dense_hi[i] - dense_lo[j]):
+            ou, ov, moved = _offsets(su, sv, k, delta)
+            if abs(moved - delta) < best_miss:
+                best, best_miss = (i, j, ou, ov, k, moved), abs(moved - delta)
+        if best_miss <= close:
             break
-    if best[1] is None:
+    if best is None:
         return None
-    i, j, ou, ov, k, moved = best[1]
-    su, sv = read[("hi", i)], read[("lo", j)]
+    i, j, ou, ov, k, moved = best
+    su, sv = sizes(hi_rows, i), sizes(lo_rows, j)
     return (_exchange(hi_rows, i, su, ou, lo_rows[j], sv, ov, k),
             _exchange(lo_rows, j, sv, ov, hi_rows[i], su, ou, k), moved)
+
+
+def _density(rows: np.ndarray) -> np.ndarray:
+    """Size per sample of each placement row."""
+    return rows[:, 5] / (rows[:, 4] - rows[:, 3])
+
+
+def _lengths(longest: int, delta: float, gap: float) -> list[int]:
+    """Window lengths to try, longest first: 6 from 1 to ``longest`` at geometric steps, and the one
+    that moves ``delta`` at a density ``gap`` (when positive)."""
+    lengths = set(np.geomspace(1, longest, 6).astype(int).tolist())
+    if gap > 0:
+        lengths.add(int(min(longest, max(1, round(delta / gap)))))
+    return sorted(lengths, reverse=True)
 
 
 def _offsets(su: np.ndarray, sv: np.ndarray, k: int, delta: float) -> tuple[int, int, int]:
