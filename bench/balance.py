@@ -29,7 +29,7 @@ import argparse
 import numpy as np
 
 from corgi_io.manifest import open_manifest
-from corgi_io.schedule import simulate
+from corgi_io.schedule import BlockTable, EpochSpec, simulate
 
 PLANS = (("count", "count", False), ("size", "size", False), ("size+batches", "size", True))
 TARGET_EPOCH, TARGET_STEP_P95, TARGET_SPEEDUP = 1.02, 1.10, 1.2
@@ -58,10 +58,11 @@ def mark(ok: bool) -> str:
 def compare(name: str, case: tuple, world_size: int, args, speed_target: bool) -> None:
     """Print the count, size and size+batches lines of one distribution at one world size."""
     first, count, sizes = case
-    base = None
+    table, base = BlockTable.from_sizes(first, count, sizes), None
     for label, balance, batched in PLANS:
-        sim = simulate(first, count, sizes, world_size, batch_size=args.batch_size, balance=balance,
-                       balanced_batches=batched, buffer_pieces=args.buffer_blocks, seed=args.seed)
+        spec = EpochSpec(world_size, seed=args.seed, balance=balance, buffer_pieces=args.buffer_blocks,
+                         batch_size=args.batch_size if batched else None)
+        sim = simulate(table, spec, batch_size=args.batch_size)
         base = sim["epoch_time"] if base is None else base
         epoch, step, speedup = sim["size_imbalance"], sim["step_imbalance"], base / sim["epoch_time"]
         line = (f"balance {name:<7} W={world_size:<3} N={len(sizes):<8,} {label:<13} epoch max/mean {epoch:.4f}"

@@ -1,8 +1,8 @@
 """What `corgi plan` shows: one epoch's rank assignment and its simulated synchronous steps.
 
 `summarize` computes JSON-ready data from the manifest's arrays through the pure
-planner (`corgi_io.schedule`: `assign_ranks`, `split_workers`, `simulate`); `render`
-turns it into terminal text. Nothing here reads data or imports torch.
+planner (`corgi_io.schedule`: `epoch_plans`, `split_workers`, `simulate`, all given one
+`EpochSpec`); `render` turns it into terminal text. Nothing here reads data or imports torch.
 
 The step model is the planner's: a step lasts as long as its slowest rank, and a
 rank's step time is proportional to the size sum of its batch. Speed-ups are
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.schedule import assign_ranks, imbalance, samples_per_rank, simulate, split_workers
+from dataclasses import replace
+
+from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
 
 
 def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: int, epoch: int, seed: int) -> None:
@@ -31,28 +33,26 @@ def summarize(block_first, block_count, sizes, world_size: int, *, workers: int 
     ``batch_size``, the per-step imbalance and simulated epoch time of the plans in `_step_plans`."""
     check_options(world_size=world_size, workers=workers, batch_size=batch_size, buffer_blocks=buffer_blocks,
                   epoch=epoch, seed=seed)
-    sizes = np.asarray(sizes, dtype=np.int64)
-    prefix = np.concatenate(([0], np.cumsum(sizes)))
-    common = dict(seed=seed, epoch=epoch, drop_last=drop_last, sizes=sizes)
-    plans = assign_ranks(block_first, block_count, world_size, balance=balance, **common)
-    rank_size = np.array([int((prefix[p[:, 2]] - prefix[p[:, 1]]).sum()) for p in plans], np.int64)
-    n = samples_per_rank(len(sizes), world_size, drop_last)
+    table = BlockTable.from_sizes(block_first, block_count, sizes)
+    spec = EpochSpec(world_size, seed=seed, epoch=epoch, balance=balance, drop_last=drop_last, num_workers=workers,
+                     buffer_pieces=buffer_blocks)
+    plans = epoch_plans(table, spec)
+    rank_size = np.array([int(table.sizes_of(p).sum()) for p in plans], np.int64)
+    n, samples = spec.samples_per_rank(table.num_samples), table.num_samples
     total = int(rank_size.sum())
-    ranks = [{"rank": r, "samples": int((p[:, 2] - p[:, 1]).sum()), "size": int(rank_size[r]),
-              "share": float(rank_size[r] / total) if total else 0.0,
+    ranks = [{"rank": r, "samples": int(piece_counts(p).sum()), "size": int(rank_size[r]), "share": float(rank_size[r] / total) if total else 0.0,
               "pieces": sum(len(w) for w in split_workers(p, workers))} for r, p in enumerate(plans)]
-    count_plans = plans if balance == "count" else assign_ranks(block_first, block_count, world_size, **common)
-    count_size = [(prefix[p[:, 2]] - prefix[p[:, 1]]).sum() for p in count_plans]
+    count_plans = plans if balance == "count" else epoch_plans(table, replace(spec, balance="count"))
     summary = {
-        "samples": len(sizes), "blocks": len(block_count), "world_size": world_size, "workers": workers,
+        "samples": samples, "blocks": len(table.count), "world_size": world_size, "workers": workers,
         "balance": balance, "seed": seed, "epoch": epoch, "drop_last": drop_last,
-        "samples_per_rank": n, "padding": max(world_size * n - len(sizes), 0),
-        "dropped": max(len(sizes) - world_size * n, 0), "size_total": int(sizes.sum()), "size_read": total,
-        "ranks": ranks, "size_imbalance": imbalance(rank_size), "count_size_imbalance": imbalance(count_size),
+        "samples_per_rank": n, "padding": max(world_size * n - samples, 0),
+        "dropped": max(samples - world_size * n, 0), "size_total": int(table.size_sum.sum()), "size_read": total,
+        "ranks": ranks, "size_imbalance": imbalance(rank_size),
+        "count_size_imbalance": imbalance([table.sizes_of(p).sum() for p in count_plans]),
     }
     if batch_size:
-        summary["steps"] = _steps(block_first, block_count, world_size, balance, batch_size,
-                                  num_workers=workers, buffer_pieces=buffer_blocks, **common)
+        summary["steps"] = _steps(table, spec, batch_size)
     return summary
 
 
@@ -63,13 +63,12 @@ def _step_plans(balance: str) -> list[tuple[str, str, bool]]:
     return plans + [(f"{balance} + batches", balance, True)]
 
 
-def _steps(block_first, block_count, world_size, balance, batch_size, *, sizes, seed, epoch, drop_last,
-           **stream) -> dict:
+def _steps(table: BlockTable, spec: EpochSpec, batch_size: int) -> dict:
     """One `simulate` per step plan; speed-ups relative to the first (count, plain shuffle)."""
     rows, baseline, steps = [], None, 0
-    for name, mode, batched in _step_plans(balance):
-        sim = simulate(block_first, block_count, sizes, world_size, batch_size=batch_size, balance=mode,
-                       seed=seed, epoch=epoch, drop_last=drop_last, balanced_batches=batched, **stream)
+    for name, mode, batched in _step_plans(spec.balance):
+        sim = simulate(table, replace(spec, balance=mode, batch_size=batch_size if batched else None),
+                       batch_size=batch_size)
         baseline = sim["epoch_time"] if baseline is None else baseline
         steps = len(sim["step_size"])
         rows.append({"plan": name, "balance": mode, "balanced_batches": batched, **sim["step_imbalance"],

@@ -3,8 +3,13 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from corgi_io.schedule import (assign_ranks, block_order, block_pieces, cut, epoch_rng, piece_samples,
-                               rank_budgets, rank_time, samples_per_rank)
+from corgi_io.schedule import (assign_ranks, block_order, block_pieces, cut, epoch_rng, piece_samples, piece_sizes,
+                               rank_budgets, samples_per_rank, slowest_time)
+
+
+def rank_time(plans, prefix, cost):
+    """The slowest rank's predicted time of ``plans`` (sizes from ``prefix``)."""
+    return slowest_time([piece_sizes(p, prefix).sum() for p in plans], [piece_samples(p).size for p in plans], cost)
 
 
 @st.composite

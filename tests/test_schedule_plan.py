@@ -2,8 +2,8 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from corgi_io.schedule import (assign_ranks, block_order, block_pieces, buffer_plan, cut, piece_samples,
-                               rank_batches, samples_per_rank, simulate, split_workers)
+from corgi_io.schedule import (BlockTable, EpochSpec, assign_ranks, block_order, block_pieces, buffer_plan, cut,
+                               piece_samples, rank_batches, samples_per_rank, simulate, split_workers)
 
 
 @st.composite
@@ -30,11 +30,11 @@ def test_epoch_yields_every_sample_once_plus_padding(layout, world, workers, see
     n = samples_per_rank(total, world, drop_last)
     plans = assign_ranks(first, count, world, seed=seed, epoch=epoch, balance=balance, drop_last=drop_last,
                          sizes=sizes)
-    stream = dict(shuffle=mode, buffer_pieces=3, window_samples=50, seed=seed, epoch=epoch, sizes=sizes,
-                  balanced=balanced and mode == "corgipile")
+    spec = EpochSpec(world, seed=seed, epoch=epoch, shuffle=mode, num_workers=workers, buffer_pieces=3,
+                     window_samples=50, batch_size=batch if balanced and mode == "corgipile" else None)
     yielded, steps = [], set()
     for r, pieces in enumerate(plans):
-        batches = rank_batches(pieces, batch, num_workers=workers, rank=r, **stream)
+        batches = rank_batches(pieces, spec, r, sizes, batch)
         steps.add(len(batches))
         ids = np.concatenate(batches + [np.zeros(0, np.int64)])
         assert len(ids) == n
@@ -72,19 +72,19 @@ def lognormal_layout(n, seed):
 def test_balanced_batches_keep_steps_even_across_ranks():
     first, count, sizes = lognormal_layout(20_000, seed=11)
     for epoch in range(2):
-        res = simulate(first, count, sizes, 8, batch_size=32, num_workers=1, balance="size", seed=5, epoch=epoch,
-                       buffer_pieces=16)
+        table = BlockTable.from_sizes(first, count, sizes)
+        res = simulate(table, EpochSpec(8, seed=5, epoch=epoch, balance="size", num_workers=1, batch_size=32))
         assert res["step_imbalance"]["p95"] <= 1.10
         assert res["size_imbalance"] <= 1.02
-        plain = simulate(first, count, sizes, 8, batch_size=32, num_workers=1, balance="count", seed=5,
-                         epoch=epoch, buffer_pieces=16, balanced_batches=False)
+        plain = simulate(table, EpochSpec(8, seed=5, epoch=epoch, num_workers=1), batch_size=32)
         assert plain["step_imbalance"]["p95"] > 1.3  # what balancing buys
         assert res["epoch_time"] < 0.8 * plain["epoch_time"]
 
 
 def test_simulate_agrees_with_the_plan():
     first, count, sizes = lognormal_layout(3_000, seed=2)
-    res = simulate(first, count, sizes, 4, batch_size=16, num_workers=3, balance="size", seed=1, epoch=1)
+    res = simulate(BlockTable.from_sizes(first, count, sizes),
+                   EpochSpec(4, seed=1, epoch=1, balance="size", num_workers=3, batch_size=16))
     plans = assign_ranks(first, count, 4, seed=1, epoch=1, balance="size", sizes=sizes)
     np.testing.assert_array_equal(res["rank_size"], [sizes[piece_samples(p)].sum() for p in plans])
     steps = res["step_size"]

@@ -1,23 +1,38 @@
 """Size-balanced placement of pieces on ranks with exactly equal sample counts.
 
-Used by ``assign_ranks`` for ``balance="size"`` (equal size budgets) and
-``balance="dynamic"`` (budgets that equalise predicted time). The algorithm is
-in docs/algorithms.md; in short:
+Used by ``plan_epoch`` for ``balance="size"`` (equal size budgets) and
+``balance="dynamic"`` (budgets that equalise predicted time). Every rank computes
+the same placement, from the block-level size sums; per-sample sizes are read
+only where a piece is cut. The algorithm is in docs/algorithms.md; in short:
 
-1. greedy: units (blocks, in epoch order) go whole to the rank, among those with
-   room for the unit's count, whose remaining budget per remaining sample is
-   closest to the unit's own size per sample;
-2. fill: units that fit nowhere whole are cut to fill the remaining rooms
-   exactly (a few extra reads);
-3. refine: while the slowest rank is above the target, swap two equal-length
-   windows between it and the fastest rank, picked so the swap moves the size
-   that equalises the two (at most ``4`` extra reads per swap).
+1. deal (here): whole units in epoch order, one per rank and round; in each
+   round the hungriest rank (most remaining budget per remaining sample) gets
+   the round's densest unit, and so on down. The tail of the epoch sequence,
+   ``RESERVE`` mean units per rank, is kept back for the fill;
+2. fill (``fill.py``): the kept-back and undealt units fill the remaining
+   rooms exactly, rank by rank, with windows aimed at each rank's budget;
+3. refine (``refine.py``): window swaps between the slowest and the fastest
+   rank while the slowest is predicted more than 0.5 % above the ideal;
+4. the count plan is kept instead when it is predicted faster (``keep_if_faster``).
+
+Placement rows are int64 ``(rank, unit, block, start, stop, size)``: ``unit`` is
+the piece's position in the epoch sequence, so sorting by it restores read order.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-_WINDOW_SAMPLE = 4096  # windows considered per rank and length in one refine step
+from .cost import keep_if_faster
+from .fill import fill
+from .pieces import merge_adjacent, piece_counts
+from .refine import refine
+from .sequence import CountPlan
+from .spec import BlockTable
+
+RESERVE = 2  # mean units of room per rank kept back from the deal for the fill
+EXTRA_READS = 8  # per rank, on average: the most pieces the fill and refine may add to the units
 
 
 def rank_budgets(total_size: float, n: int, cost_model: np.ndarray | None,
@@ -45,93 +60,66 @@ def rank_budgets(total_size: float, n: int, cost_model: np.ndarray | None,
         live &= budgets > 0
 
 
-def place(units: np.ndarray, n: int, budgets: np.ndarray, prefix: np.ndarray,
-          cost: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
-    """Place ``units`` (pieces in read order, total count ``W * n``) on ranks,
-    ``n`` samples each, loads close to ``budgets``. ``prefix`` is the size
-    prefix sum, ``cost`` the (W, 2) time model used by the refine step.
-    Returns per rank its pieces in sequence order."""
+@dataclass(frozen=True, eq=False)
+class PlacedPlan:
+    """A placement: rows ``(rank, unit, block, start, stop, size)``."""
+    rows: np.ndarray
+    world_size: int
+
+    def rank(self, rank: int) -> np.ndarray:
+        """The rank's pieces in epoch-sequence order, adjacent pieces of a block merged."""
+        return _in_read_order(self.rows[self.rows[:, 0] == rank])
+
+    def ranks(self) -> list[np.ndarray]:
+        """Every rank's pieces (one sort of all rows instead of one pass per rank)."""
+        rows = self.rows[np.argsort(self.rows[:, 0], kind="stable")]
+        bounds = np.searchsorted(rows[:, 0], np.arange(self.world_size + 1))
+        return [_in_read_order(rows[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
+
+
+def _in_read_order(rows: np.ndarray) -> np.ndarray:
+    return merge_adjacent(rows[np.lexsort((rows[:, 3], rows[:, 1])), 2:5])
+
+
+def size_plan(table: BlockTable, by_count: CountPlan, budgets_for, cost: np.ndarray,
+              tiebreak: np.ndarray) -> PlacedPlan | CountPlan:
+    """The size-balanced plan of the units ``by_count`` covers (the first ``W * n`` positions of the
+    epoch sequence), or ``by_count`` itself when that is predicted faster. ``budgets_for(total, n)``
+    gives the per-rank size budgets; ``tiebreak`` (a permutation of the ranks) orders equal ranks."""
+    w, n = by_count.world_size, by_count.n
+    units = by_count.sequence.cut(0, w * n)
+    count, size = piece_counts(units), table.sizes_of(units)
+    budgets = budgets_for(float(size.sum()), n)
+    reserve = min(n // 2, int(RESERVE * count.mean()))
+    kept_back = int(np.searchsorted(np.cumsum(count[::-1]), w * reserve)) + 1  # units, for the fill
+    owner, load, room = _deal(count, size, max(len(count) - kept_back, 0), n, budgets, tiebreak, reserve // 2)
+    dealt = np.flatnonzero(owner >= 0)
+    rows = np.concatenate([np.column_stack((owner[dealt], dealt, units[dealt], size[dealt])),
+                           fill(units, size, np.flatnonzero(owner < 0), room, load, budgets, table, tiebreak)])
+    rows = refine(rows, load, budgets, cost, n, table, max_rows=len(units) + EXTRA_READS * w)
+    if not keep_if_faster(load, by_count.rank_sizes(table), np.full(w, n), cost):
+        return by_count
+    return PlacedPlan(rows, w)
+
+
+def _deal(count, size, dealt, n, budgets, tiebreak, keep):
+    """Step 1: deal the first ``dealt`` units, one per rank and round; a unit that would leave its rank
+    less than ``keep`` samples of room or take it over budget is left to the fill (which can cut it).
+    Returns each unit's rank (-1: left to the fill) and the ranks' loads and rooms."""
     w = len(budgets)
-    count = units[:, 2] - units[:, 1]
-    size = (prefix[units[:, 2]] - prefix[units[:, 1]]).astype(np.float64)
-    room, load = np.full(w, n, np.int64), np.zeros(w)
-    parts: list[list] = [[] for _ in range(w)]  # rows (unit index, block, start, stop)
-    left = []
-    for i in range(len(units)):
-        fits = room >= count[i]
-        if not fits.any():
-            left.append(i)
-            continue
-        want = (budgets - load) / np.maximum(room, 1)
-        r = int(np.argmin(np.where(fits, np.abs(want - size[i] / count[i]), np.inf)))
-        parts[r].append((i, *units[i]))
-        room[r] -= count[i]
-        load[r] += size[i]
-    for i in left:
-        blk, a, z = units[i]
-        while a < z:
-            r = int(np.argmax(np.where(room > 0, budgets - load, -np.inf)))
-            k = min(int(room[r]), int(z - a))
-            parts[r].append((i, blk, a, a + k))
-            room[r] -= k
-            load[r] += prefix[a + k] - prefix[a]
-            a += k
-    plans = [np.array(p, dtype=np.int64).reshape(-1, 4) for p in parts]
-    _refine(plans, load, budgets, prefix, cost, n, rng)
-    return [p[np.lexsort((p[:, 2], p[:, 0])), 1:] for p in plans]
-
-
-def _windows(plan: np.ndarray, k: int, prefix: np.ndarray, rng: np.random.Generator):
-    """(row, start, size) of windows of k samples inside the rows of ``plan``,
-    a random subset of at most _WINDOW_SAMPLE."""
-    free = np.maximum(plan[:, 3] - plan[:, 2] - k + 1, 0)
-    total = int(free.sum())
-    pick = np.arange(total) if total <= _WINDOW_SAMPLE else rng.choice(total, _WINDOW_SAMPLE, replace=False)
-    cum = np.cumsum(free)
-    row = np.searchsorted(cum, pick, "right")
-    start = plan[row, 2] + pick - (cum[row] - free[row])
-    return row, start, (prefix[start + k] - prefix[start]).astype(np.float64)
-
-
-def _cut(plan: np.ndarray, row: int, start: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Remove window [start, start+k) from ``plan[row]``: (rest of plan, window row)."""
-    unit, blk, a, z = plan[row]
-    keep = [r for r in ((unit, blk, a, start), (unit, blk, start + k, z)) if r[3] > r[2]]
-    rest = np.concatenate([np.delete(plan, row, axis=0), np.array(keep, np.int64).reshape(-1, 4)])
-    return rest, np.array([[unit, blk, start, start + k]], np.int64)
-
-
-def _refine(plans, load, budgets, prefix, cost, n, rng, rounds_per_rank=2, tol=5e-3):
-    """Window swaps between the slowest and the fastest rank (in place)."""
-    a, fixed = cost[:, 0], cost[:, 1] * n
-    ideal = (a * budgets + fixed).max()
-    for _ in range(rounds_per_rank * len(plans)):
-        t = a * load + fixed
-        hi, lo = int(np.argmax(t)), int(np.argmin(t))
-        if t[hi] <= ideal * (1 + tol):
-            return
-        delta = (t[hi] - t[lo]) / (a[hi] + a[lo])  # size to move hi -> lo
-        longest = min((plans[hi][:, 3] - plans[hi][:, 2]).max(), (plans[lo][:, 3] - plans[lo][:, 2]).max())
-        best = (max(t[hi], t[lo]), None)
-        for k in np.unique(np.geomspace(1, longest, 12).astype(np.int64)):
-            rh, sh, zh = _windows(plans[hi], k, prefix, rng)
-            rl, sl, zl = _windows(plans[lo], k, prefix, rng)
-            if not len(zh) or not len(zl):
-                continue
-            order = np.argsort(zl)
-            j = np.searchsorted(zl[order], zh - delta)
-            for jj in (order[np.maximum(j - 1, 0)], order[np.minimum(j, len(zl) - 1)]):
-                d = zh - zl[jj]
-                new = np.maximum(t[hi] - a[hi] * d, t[lo] + a[lo] * d)
-                m = int(np.argmin(new))
-                if new[m] < best[0]:
-                    best = (new[m], (k, rh[m], sh[m], rl[jj[m]], sl[jj[m]], d[m]))
-        if best[1] is None:
-            return
-        k, rh, sh, rl, sl, d = best[1]
-        plans[hi], win_h = _cut(plans[hi], rh, sh, k)
-        plans[lo], win_l = _cut(plans[lo], rl, sl, k)
-        plans[hi] = np.concatenate([plans[hi], win_l])
-        plans[lo] = np.concatenate([plans[lo], win_h])
-        load[hi] -= d
-        load[lo] += d
+    owner, room, load = np.full(len(count), -1, np.int64), np.full(w, n, np.int64), np.zeros(w)
+    density = size / np.maximum(count, 1)
+    done = 0
+    while done < dealt and (room > keep).any():
+        active = np.flatnonzero(room > keep)
+        batch = np.arange(done, min(done + len(active), dealt))
+        done += len(batch)
+        want = (budgets[active] - load[active]) / room[active]
+        ranks = active[np.lexsort((tiebreak[active], -want))][:len(batch)]
+        units = batch[np.argsort(-density[batch], kind="stable")]
+        fits = (count[units] <= room[ranks] - keep) & (size[units] <= budgets[ranks] - load[ranks])
+        ranks, units = ranks[fits], units[fits]
+        owner[units] = ranks
+        room[ranks] -= count[units]
+        load[ranks] += size[units]
+    return owner, load, room

@@ -18,20 +18,36 @@ def block_pieces(order: np.ndarray, block_first: np.ndarray, block_count: np.nda
     return np.stack([order, block_first[order], block_first[order] + block_count[order]], axis=1)
 
 
+def piece_counts(pieces: np.ndarray) -> np.ndarray:
+    """Samples in each piece (int64)."""
+    return pieces[:, 2] - pieces[:, 1]
+
+
+def piece_sizes(pieces: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """Size sum of each piece, from ``prefix`` (the per-sample sizes' prefix sums, ``prefix[0] = 0``)."""
+    return prefix[pieces[:, 2]] - prefix[pieces[:, 1]]
+
+
+def positions(pieces: np.ndarray) -> np.ndarray:
+    """Where each piece starts in the sample sequence of ``pieces``, plus the total: int64 (P + 1,)."""
+    return np.concatenate(([0], np.cumsum(piece_counts(pieces))))
+
+
 def piece_samples(pieces: np.ndarray) -> np.ndarray:
     """Global sample ids of ``pieces`` in read order (int64)."""
     pieces = np.asarray(pieces, dtype=np.int64).reshape(-1, 3)
-    counts = pieces[:, 2] - pieces[:, 1]
+    counts = piece_counts(pieces)
     skip = np.cumsum(counts) - counts
     return np.arange(counts.sum(), dtype=np.int64) + np.repeat(pieces[:, 1] - skip, counts)
 
 
-def cut(pieces: np.ndarray, start: int, stop: int) -> np.ndarray:
+def cut(pieces: np.ndarray, start: int, stop: int, cum: np.ndarray | None = None) -> np.ndarray:
     """Pieces covering positions ``[start, stop)`` of the sample sequence of
     ``pieces``, taken periodically (position ``p + total`` is position ``p``:
-    that is how padding wraps). Only the pieces at the two ends are split."""
-    counts = pieces[:, 2] - pieces[:, 1]
-    cum = np.concatenate(([0], np.cumsum(counts)))
+    that is how padding wraps). Only the pieces at the two ends are split.
+    ``cum``: ``positions(pieces)`` when the caller already has it (then a cut
+    costs O(log P + its own pieces) instead of O(P))."""
+    cum = positions(pieces) if cum is None else cum
     total = int(cum[-1])
     out = [EMPTY]
     for lap in range(start // total, -(-stop // total)) if stop > start else ():

@@ -6,12 +6,15 @@ batch count`` (by default ``a = 1, b = 0``: time proportional to size).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from .assign import assign_ranks
+from .assign import epoch_plans
+from .cost import unit_cost
+from .spec import BlockTable, EpochSpec
 from .stream import buffer_plan
 from .workers import split_workers
-
 
 
 def imbalance(values) -> float:
@@ -19,55 +22,57 @@ def imbalance(values) -> float:
     values = np.asarray(values, dtype=np.float64)
     return float(values.max() / values.mean()) if values.any() else 1.0
 
-def rank_batches(pieces: np.ndarray, batch_size: int, *, num_workers: int = 0, rank: int = 0,
-                 balanced: bool = False, **stream) -> list[np.ndarray]:
+
+def rank_batches(pieces: np.ndarray, spec: EpochSpec, rank: int, sizes: np.ndarray,
+                 batch_size: int | None = None) -> list[np.ndarray]:
     """The batches (arrays of sample ids) one rank trains on, in DataLoader
-    order: each worker's ``buffer_plan`` stream (``stream`` keywords) cut into
-    groups of ``batch_size`` (last one partial), workers taken round-robin and
+    order: each worker's ``buffer_plan`` stream cut into groups of ``batch_size``
+    (default ``spec.batch_size``; last one partial), workers taken round-robin and
     skipped once exhausted, as ``torch.utils.data.DataLoader`` does with an
-    ``IterableDataset``. ``balanced=True`` has each worker compose
-    size-balanced batches of ``batch_size`` (``stream`` must hold ``sizes``)."""
+    ``IterableDataset``. With ``spec.batch_size`` each worker composes
+    size-balanced batches of that size."""
+    batch_size = batch_size or spec.batch_size
     per_worker = []
-    for w, part in enumerate(split_workers(pieces, num_workers)):
-        extra = {"batch_size": batch_size} if balanced else {}
-        ids = [order for _, order in buffer_plan(part, rank=rank, worker=w, **extra, **stream)]
+    for w, part in enumerate(split_workers(pieces, spec.num_workers)):
+        ids = [order for _, order in buffer_plan(part, sizes=sizes, **spec.stream(rank, w))]
         ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
         per_worker.append([ids[i:i + batch_size] for i in range(0, len(ids), batch_size)])
     longest = max(map(len, per_worker))
     return [b[i] for i in range(longest) for b in per_worker if i < len(b)]
 
 
-def simulate(block_first, block_count, sizes, world_size: int, *, batch_size: int,
-             num_workers: int = 0, balance: str = "size", seed: int = 0, epoch: int = 0,
-             drop_last: bool = False, cost_model=None, partitions=None,
-             balanced_batches: bool = True, **stream) -> dict:
+def simulate(table: BlockTable, spec: EpochSpec, *, batch_size: int | None = None, cost_model=None,
+             owner=None) -> dict:
     """Per-rank and per-step load of one epoch's plan, and its synchronous
     epoch time relative to the same plan with ``balance="count"``.
+
+    ``table.sizes`` must be the whole per-sample column (every batch is summed).
+    ``batch_size`` is the DataLoader's, by default ``spec.batch_size`` (which, when
+    set, also composes size-balanced batches).
 
     Returns a dict: ``rank_size`` (per-rank size sums), ``size_imbalance``
     (max / mean of them), ``step_size`` (steps x ranks batch size sums),
     ``step_imbalance`` (p50, p95, max of per-step max / mean over ranks),
     ``epoch_time`` (sum over steps of the slowest rank's time),
     ``count_epoch_time`` and ``speedup`` (count time / this time).
-    ``stream`` goes to ``buffer_plan`` (``shuffle``, ``buffer_pieces``...);
-    ``balanced_batches`` asks it for size-balanced batches.
     """
-    sizes = np.asarray(sizes, dtype=np.int64)
-    cost = np.tile([1.0, 0.0], (world_size, 1)) if cost_model is None else np.asarray(cost_model, np.float64)
+    sizes = np.asarray(table.sizes, dtype=np.int64)
+    batch_size = batch_size or spec.batch_size
+    if not batch_size:
+        raise ValueError("simulate needs a batch size")
+    w = spec.world_size
+    cost = unit_cost(w) if cost_model is None else np.asarray(cost_model, np.float64)
 
-    def run(mode):
-        plans = assign_ranks(block_first, block_count, world_size, seed=seed, epoch=epoch, balance=mode,
-                             drop_last=drop_last, sizes=sizes, cost_model=cost_model, partitions=partitions,
-                             shuffle_blocks=stream.get("shuffle", "corgipile") != "none")
-        steps = [rank_batches(p, batch_size, num_workers=num_workers, rank=r, seed=seed, epoch=epoch,
-                              balanced=balanced_batches, sizes=sizes, **stream) for r, p in enumerate(plans)]
-        step_size = np.array([[sizes[b].sum() for b in rb] for rb in steps], np.float64).T.reshape(-1, world_size)
-        step_count = np.array([[len(b) for b in rb] for rb in steps], np.float64).T.reshape(-1, world_size)
+    def run(s):
+        plans = epoch_plans(table, s, cost_model=cost_model, owner=owner)
+        steps = [rank_batches(p, s, r, sizes, batch_size) for r, p in enumerate(plans)]
+        step_size = np.array([[sizes[b].sum() for b in rb] for rb in steps], np.float64).T.reshape(-1, w)
+        step_count = np.array([[len(b) for b in rb] for rb in steps], np.float64).T.reshape(-1, w)
         time = (step_size * cost[:, 0] + step_count * cost[:, 1]).max(axis=1).sum()
         return step_size, float(time)
 
-    step_size, time = run(balance)
-    count_time = time if balance == "count" else run("count")[1]
+    step_size, time = run(spec)
+    count_time = time if spec.balance == "count" else run(replace(spec, balance="count"))[1]
     rank_size = step_size.sum(axis=0)
     mean = step_size.mean(axis=1)
     ratio = np.divide(step_size.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
