@@ -7,13 +7,16 @@ A pack directory holds, beside its shards:
   the columns.  Human-readable.
 * ``columns/<name>.npy`` - one flat, uncompressed array per per-sample or per-block column
   (and the keys as one UTF-8 blob plus offsets).  Local packs memory-map them, so opening a
-  pack does not copy them and every process on a node shares one page cache.
+  pack does not copy them and every process on a node shares one page cache; remote packs
+  read the block columns whole and the per-sample rows on demand (`RangedColumn`).
 
 The columns are written first and the head last, each atomically, so a head on disk always
 describes complete columns.  Every input is untrusted: the head is type-checked, every
-column's dtype, length and file size must match the schema and the head before it is read,
-and the columns are validated against each other.  Any problem raises :class:`ManifestError`
-with one line naming the file.  Version-1 packs (one ``manifest.npz``, zlib CRC32) still open.
+column's dtype, length and file size must match the schema and the head before it is read.
+Opening costs O(blocks + shards): the block and shard tables are validated whole, and the
+per-sample rows of a block when a process first uses them (`Manifest.validate_rows`; `corgi
+verify` validates every row).  Any problem raises :class:`ManifestError` with one line naming
+the file.  Version-1 packs (one ``manifest.npz``, zlib CRC32) still open.
 
 What a reader tolerates, on purpose: head fields it does not know are ignored (a change that
 older readers must not ignore bumps ``corgi_manifest_version``); ``options`` is opaque (only a
@@ -30,9 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from corgi_io.column_files import column_from_bytes, local_file_size, map_local_column, most_bytes, read_npz_members
+from corgi_io.column_files import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
+                                   prefetch, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, parse_head, validate
+from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
 __all__ = ["FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest", "save_manifest"]
 
@@ -63,6 +67,7 @@ BLOCK_COLUMNS = {
     "size_sum": np.int64,
 }
 KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
+ROWS_AT_ONCE = 1 << 20  # rows validated in one vectorised step: bounds the temporaries of a full validation
 
 
 @dataclass(frozen=True)
@@ -91,9 +96,15 @@ class Columns:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Manifest:
-    """An opened pack: head fields plus per-sample (`samples`) and per-block (`blocks`) columns."""
+    """An opened pack: head fields plus per-sample (`samples`) and per-block (`blocks`) columns.
+
+    The block table is validated at open; per-sample rows are validated by `validate_rows`,
+    once per block per process (`keys` and `key` call it for the rows they decode).  Pickling
+    keeps only (root, storage options): an unpickled Manifest reopens the pack, so a spawned
+    DataLoader worker maps the same files instead of receiving a copy of the columns.
+    """
 
     root: str
     version: int
@@ -108,20 +119,54 @@ class Manifest:
     blocks: Columns
     key_blob: np.ndarray = field(repr=False)
     key_offsets: np.ndarray = field(repr=False)
+    storage_options: dict = field(default_factory=dict, repr=False)
+    columns_url: str = field(default="", repr=False)       # the file that row errors name
+    rows_checked: np.ndarray = field(default=None, repr=False)  # per block: rows validated in this process
+
+    def __reduce__(self):
+        return open_manifest, (self.root, self.storage_options)
 
     @property
     def num_samples(self) -> int:
         return len(self.key_offsets) - 1
 
+    def validate_rows(self, start: int = 0, stop: int | None = None) -> None:
+        """Check the per-sample rows of every block holding a sample in [start, stop) (all by default).
+
+        Raises ManifestError naming the columns for the first disagreement.  A block is checked
+        once per process: call it before using a block's rows; a checked range costs microseconds.
+        """
+        stop = self.num_samples if stop is None else min(stop, self.num_samples)
+        if start >= stop:
+            return
+        first = self.blocks.first
+        lo, hi = int(np.searchsorted(first, start, "right")) - 1, int(np.searchsorted(first, stop - 1, "right"))
+        todo = lo + np.flatnonzero(~self.rows_checked[lo:hi])
+        for run in np.split(todo, np.flatnonzero(np.diff(todo) != 1) + 1) if len(todo) else ():
+            self._check_blocks(int(run[0]), int(run[-1]) + 1)
+
+    def _check_blocks(self, lo: int, hi: int) -> None:
+        """Validate blocks [lo, hi) in steps of about ROWS_AT_ONCE rows, fetching each step's rows first."""
+        first, count = self.blocks.first, self.blocks.count
+        while lo < hi:
+            step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + ROWS_AT_ONCE))))
+            start, stop = int(first[lo]), int(first[step - 1] + count[step - 1])
+            for column in (*self.samples.arrays.values(), self.key_offsets):
+                prefetch(column, start, stop + 1)
+            check_block_rows(self, lo, step, self.columns_url)
+            self.rows_checked[lo:step] = True
+            lo = step
+
     def key(self, index: int) -> str:
         """The key of sample `index`, decoded on demand."""
-        lo, hi = self.key_offsets[index], self.key_offsets[index + 1]
-        return self.key_blob[lo:hi].tobytes().decode("utf-8")
+        index = int(index) + self.num_samples if index < 0 else int(index)
+        return self.keys(index, index + 1)[0]
 
     def keys(self, start: int = 0, stop: int | None = None) -> list:
         """The keys of samples [start, stop), decoded in one pass (all keys by default)."""
         stop = self.num_samples if stop is None else stop
-        bounds = self.key_offsets[start:stop + 1]
+        self.validate_rows(start, stop)
+        bounds = np.asarray(self.key_offsets[start:stop + 1])
         blob, bounds = self.key_blob[bounds[0]:bounds[-1]].tobytes(), (bounds - bounds[0]).tolist()
         return [blob[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -177,25 +222,28 @@ def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
 
 
 def open_manifest(source, storage_options: dict | None = None) -> Manifest:
-    """Open and validate the manifest of a pack at a local path or fsspec URL (or pass one through).
+    """Open a pack at a local path or fsspec URL (or pass a Manifest through), in O(blocks + shards).
 
-    `storage_options` go to `open_storage` (credentials, retry budgets).  Raises ManifestError,
-    with one line naming the file, for anything missing or malformed, and StorageError when the
-    storage itself cannot be reached.
+    The head, the block table and the shard table are read and validated whole; per-sample
+    rows are mapped (local) or read on demand (remote) and validated by `Manifest.validate_rows`
+    when first used.  `storage_options` go to `open_storage` (credentials, retry budgets).
+    Raises ManifestError, with one line naming the file, for anything missing or malformed, and
+    StorageError when the storage itself cannot be reached.
     """
     if isinstance(source, Manifest):
         return source
     from corgi_io.storage import open_storage
 
-    root = str(source)
-    storage = open_storage(root, **(storage_options or {}))
+    root, storage_options = str(source), dict(storage_options or {})
+    storage = open_storage(root, **storage_options)
     head_url = storage.url(HEAD_NAME)
     if not storage.exists(HEAD_NAME):
         raise ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")
     head = parse_head(_read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES), head_url)
-    arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _read_columns(storage, head)
-    manifest = _build(root, head, arrays)
-    validate(manifest, storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME))
+    arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _open_columns(storage, head)
+    where = storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME)
+    manifest = _build(root, head, arrays, storage_options, where)
+    check_tables(manifest, where)
     return manifest
 
 
@@ -205,35 +253,35 @@ def _read_whole(storage, relpath: str, most: int) -> bytes:
     A missing, unreadable or oversized one is a ManifestError (so is a local one that is not a
     regular file inside the root); storage trouble is a StorageError.
     """
-    from corgi_io.storage import LocalStorage
-
     where = storage.url(relpath)
+    size = checked_size(storage, relpath, most, where)
     try:
-        local = isinstance(storage, LocalStorage)
-        size = local_file_size(where, storage.root, where) if local else storage.size(relpath)
-        raw = b"" if size > most else storage.read_all(relpath)
+        raw = storage.read_all(relpath)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    if max(size, len(raw)) > most:  # too big to read, or it grew (or a server's size was wrong)
+    if len(raw) > most:  # it grew since its size was asked (or a server's size was wrong)
         raise ManifestError(f"{where}: {max(size, len(raw))} bytes, more than the {most} it may hold")
     return raw
 
 
-def _read_columns(storage, head: dict) -> dict:
-    """The columns of a version-2 pack: memory-mapped when local, read whole when remote."""
+def _open_columns(storage, head: dict) -> dict:
+    """The columns of a version-2 pack: memory-mapped when local; when remote, the block
+    columns read whole and the per-sample ones (and the keys) as RangedColumns."""
     from corgi_io.storage import LocalStorage
 
     rows, arrays = _declared_rows(head["counts"]), {}
     for name, dtype in column_schema().items():
-        url = storage.url(column_path(name))
+        relpath = column_path(name)
+        url = storage.url(relpath)
+        per_sample = not name.startswith("block_")
         if isinstance(storage, LocalStorage):
-            arrays[name] = map_local_column(url, storage.root, dtype, rows[name], url)
+            arrays[name] = map_local_column(url, storage.root, dtype, rows[name], url, scattered=per_sample)
+        elif per_sample:
+            arrays[name] = open_ranged_column(storage, relpath, dtype, rows[name], url)
         else:
-            raw = _read_whole(storage, column_path(name), most_bytes(dtype, rows[name]))
+            raw = _read_whole(storage, relpath, most_bytes(dtype, rows[name]))
             arrays[name] = column_from_bytes(raw, dtype, rows[name], url)
     return arrays
-
-
 def _read_v1_columns(storage, head: dict) -> dict:
     """The columns of a version-1 pack (one uncompressed npz, zlib CRC32, no extension column)."""
     where = storage.url(V1_COLUMNS_NAME)
@@ -255,10 +303,12 @@ def _read_v1_columns(storage, head: dict) -> dict:
     return arrays
 
 
-def _build(root: str, head: dict, arrays: dict) -> Manifest:
+def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: str) -> Manifest:
     samples = Columns({n: arrays[f"sample_{n}"] for n in SAMPLE_COLUMNS})
     blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
     return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
                     options=head["options"], labels=head["labels"], extensions=head["extensions"],
                     shards=[Shard(*s) for s in head["shards"]], skipped=head["skipped"], samples=samples,
-                    blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"])
+                    blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
+                    storage_options=storage_options, columns_url=where,
+                    rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool))
