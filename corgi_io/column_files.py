@@ -18,6 +18,7 @@ import os
 import stat
 import tokenize
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -133,6 +134,19 @@ def open_ranged_column(storage, relpath: str, expected_dtype, length: int, where
     return RangedColumn(storage, relpath, dtype, shape[0], offset)
 
 
+def prefetch_rows(columns, start: int, stop: int) -> None:
+    """`prefetch` rows [start, stop) of several columns; remote ones are read concurrently (one round trip, not one each)."""
+    ranged = [column for column in columns if isinstance(column, RangedColumn) and not column.complete(start, stop)]
+    for column in columns:
+        if not isinstance(column, RangedColumn):
+            prefetch(column, start, stop)
+    if len(ranged) > 1:
+        with ThreadPoolExecutor(len(ranged), thread_name_prefix="corgi-rows") as pool:
+            list(pool.map(lambda column: prefetch(column, start, stop), ranged))
+    elif ranged:
+        prefetch(ranged[0], start, stop)
+
+
 def prefetch(column, start: int, stop: int) -> None:
     """Ask for rows [start, stop) of a column before they are used, in one go.
 
@@ -140,10 +154,12 @@ def prefetch(column, start: int, stop: int) -> None:
     asks the kernel to read their pages now (MADV_WILLNEED), which a map without read-ahead
     would otherwise fault in one page at a time.  Anything else is already in memory.
     """
+    start, stop = max(0, int(start)), min(int(stop), len(column))
     if isinstance(column, RangedColumn):
         column.fill(start, stop)
         return
     mapped = column.base if isinstance(column, np.ndarray) else None
+    mapped = mapped.obj if isinstance(mapped, memoryview) else mapped  # np.frombuffer keeps a memoryview of the map
     if stop <= start or not isinstance(mapped, mmap.mmap) or not hasattr(mmap, "MADV_WILLNEED"):
         return
     skip = column.ctypes.data - np.frombuffer(mapped, np.uint8).ctypes.data  # the .npy header's bytes

@@ -28,13 +28,15 @@ be safe relative paths, and the readers check their sizes on first read.
 from __future__ import annotations
 
 import json
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from corgi_io.column_files import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
-                                   prefetch, read_npz_members)
+                                   prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
 from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
@@ -80,6 +82,43 @@ class Shard:
     samples: int
 
 
+class ShardTable(Sequence):
+    """The shards of a pack, a read-only sequence of `Shard`s kept as arrays (paths in one UTF-8 blob).
+
+    A pack of 10^9 samples in 512 MiB shards has ~200k of them: as Python objects they would
+    cost every rank ~100 MB; here they cost ~40 bytes each, and a `Shard` is made when asked for.
+    """
+
+    def __init__(self, paths, nbytes, first_sample, samples):
+        encoded = [path.encode("utf-8") for path in paths]
+        self._blob = b"".join(encoded)
+        self._bounds = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=self._bounds[1:])
+        self.bytes, self.first_sample, self.samples = (np.array(c, dtype=np.int64) for c in (nbytes, first_sample, samples))
+
+    def __len__(self) -> int:
+        return len(self.bytes)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        i += len(self) if i < 0 else 0
+        if not 0 <= i < len(self):
+            raise IndexError(f"shard {index} of {len(self)}")
+        return Shard(self.path(i), int(self.bytes[i]), int(self.first_sample[i]), int(self.samples[i]))
+
+    def path(self, index: int) -> str:
+        """The path of shard `index` alone."""
+        return self._blob[self._bounds[index]:self._bounds[index + 1]].decode("utf-8")
+
+    def __eq__(self, other):
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ShardTable({len(self)} shards)"
+
+
 @dataclass(frozen=True)
 class Columns:
     """A set of equal-length numpy arrays addressed by attribute (``samples.size``)."""
@@ -113,7 +152,7 @@ class Manifest:
     options: dict
     labels: list
     extensions: list
-    shards: list
+    shards: ShardTable
     skipped: list
     samples: Columns
     blocks: Columns
@@ -140,7 +179,10 @@ class Manifest:
         if start >= stop:
             return
         first = self.blocks.first
-        lo, hi = int(np.searchsorted(first, start, "right")) - 1, int(np.searchsorted(first, stop - 1, "right"))
+        lo, hi = first.searchsorted((start, stop - 1), "right").tolist()
+        lo -= 1
+        if self.rows_checked[lo] if hi - lo == 1 else self.rows_checked[lo:hi].all():
+            return
         todo = lo + np.flatnonzero(~self.rows_checked[lo:hi])
         for run in np.split(todo, np.flatnonzero(np.diff(todo) != 1) + 1) if len(todo) else ():
             self._check_blocks(int(run[0]), int(run[-1]) + 1)
@@ -151,8 +193,8 @@ class Manifest:
         while lo < hi:
             step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + ROWS_AT_ONCE))))
             start, stop = int(first[lo]), int(first[step - 1] + count[step - 1])
-            for column in (*self.samples.arrays.values(), self.key_offsets):
-                prefetch(column, start, stop + 1)
+            prefetch_rows((*self.samples.arrays.values(), self.key_offsets), start, stop + 1)
+            prefetch(self.key_blob, self.key_offsets[start], self.key_offsets[stop])  # unchecked yet: clamped
             check_block_rows(self, lo, step, self.columns_url)
             self.rows_checked[lo:step] = True
             lo = step
@@ -204,20 +246,30 @@ def _declared_rows(counts: dict) -> dict:
 
 def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
     """Write every column then the head, each atomically (temporary name, then rename)."""
-    from corgi_io.atomic import atomic_output
-
-    root = Path(root)
     key_blob, key_offsets = encode_keys(keys)
     arrays = {**{f"sample_{n}": samples[n] for n in SAMPLE_COLUMNS}, **{f"block_{n}": blocks[n] for n in BLOCK_COLUMNS},
               "key_blob": key_blob, "key_offsets": key_offsets}
-    (root / COLUMNS_DIR).mkdir(exist_ok=True)
-    for name, dtype in column_schema().items():
-        with atomic_output(root / column_path(name)) as f:
-            np.save(f, np.ascontiguousarray(arrays[name], dtype=np.dtype(dtype).newbyteorder("<")),
-                    allow_pickle=False)
-    counts = {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)}
+    for name in column_schema():
+        save_column(root, name, arrays[name])
+    save_head(root, head, {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)})
+
+
+def save_column(root, name: str, array) -> None:
+    """Write column `name` of `column_schema()` atomically, as a flat little-endian .npy of its dtype."""
+    from corgi_io.atomic import atomic_output
+
+    (Path(root) / COLUMNS_DIR).mkdir(exist_ok=True)
+    with atomic_output(Path(root) / column_path(name)) as f:
+        np.save(f, np.ascontiguousarray(array, dtype=np.dtype(column_schema()[name]).newbyteorder("<")),
+                allow_pickle=False)
+
+
+def save_head(root, head: dict, counts: dict) -> None:
+    """Write the head atomically, after every column: `counts` are the columns' rows (samples, blocks, key_bytes)."""
+    from corgi_io.atomic import atomic_output
+
     head = dict(head, corgi_manifest_version=MANIFEST_VERSION, counts=counts)
-    with atomic_output(root / HEAD_NAME) as f:
+    with atomic_output(Path(root) / HEAD_NAME) as f:
         f.write(json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
 
 
@@ -308,7 +360,7 @@ def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: st
     blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
     return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
                     options=head["options"], labels=head["labels"], extensions=head["extensions"],
-                    shards=[Shard(*s) for s in head["shards"]], skipped=head["skipped"], samples=samples,
+                    shards=ShardTable(*head["shards"]), skipped=head["skipped"], samples=samples,
                     blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
                     storage_options=storage_options, columns_url=where,
                     rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool))

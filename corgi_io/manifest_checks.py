@@ -117,11 +117,11 @@ def _parse_v2_fields(head: dict, where: str) -> dict:
     return {"checksum": head["checksum"], "extensions": extensions, "counts": counts}
 
 
-def _parse_shards(shards, where: str) -> list:
-    """[(path, bytes, first sample, samples)] with safe, distinct relative paths."""
+def _parse_shards(shards, where: str) -> tuple:
+    """The shards as columns: (paths, bytes, first samples, samples), with safe, distinct relative paths."""
     if not isinstance(shards, list):
         _fail(where, "shards must be a list")
-    parsed, seen = [], set()
+    columns, seen = ([], [], [], []), set()
     for i, shard in enumerate(shards):
         if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
             _fail(where, f"shard {i} must be an object with a string path")
@@ -131,9 +131,10 @@ def _parse_shards(shards, where: str) -> list:
             _fail(where, f"shard {i} path {SHORT.repr(path)} {reason or 'is listed twice'}: "
                          "it must be a relative path inside the pack")
         seen.add(path)
-        parsed.append((path, *(_integer(shard.get(name), where, f"shard {i} {name}")
-                              for name in ("bytes", "first_sample", "samples"))))
-    return parsed
+        for column, value in zip(columns, (path, *(_integer(shard.get(name), where, f"shard {i} {name}")
+                                                   for name in ("bytes", "first_sample", "samples")))):
+            column.append(value)
+    return columns
 
 
 def check_tables(m, where: str) -> None:
@@ -141,7 +142,7 @@ def check_tables(m, where: str) -> None:
     fail = partial(_fail, where)
     _check_lengths(m, fail)
     shard_first, shard_count, _ = _shard_table(m)
-    if shard_count.sum() != m.num_samples or np.any(shard_first != _starts(shard_count)):
+    if not _tiles(shard_first, shard_count, m.num_samples):
         fail("shard sample ranges do not tile the samples")
     _check_block_table(m, fail)
 
@@ -160,35 +161,37 @@ def _check_lengths(m, fail) -> None:
 
 def _shard_table(m) -> tuple:
     """(first sample, samples, bytes) of every shard, as int64 arrays."""
-    table = np.array([(sh.first_sample, sh.samples, sh.bytes) for sh in m.shards], dtype=np.int64).reshape(-1, 3)
-    return table[:, 0], table[:, 1], table[:, 2]
+    return m.shards.first_sample, m.shards.samples, m.shards.bytes
 
 
-def _starts(counts: np.ndarray) -> np.ndarray:
-    """Where runs of `counts` items start when laid end to end from 0."""
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+def _tiles(first: np.ndarray, counts: np.ndarray, total: int) -> bool:
+    """True when runs of `counts` items starting at `first` lie end to end from 0 to `total`."""
+    if len(first) == 0:
+        return total == 0
+    ends = np.cumsum(counts)
+    return bool(first[0] == 0 and ends[-1] == total and np.array_equal(first[1:], ends[:-1]))
 
 
 def _check_block_table(m, fail) -> None:
-    b, n = m.blocks, m.num_samples
+    """Block columns in range, tiling the samples, each block inside its shard's samples and bytes (O(blocks))."""
+    b = m.blocks
     for name, column in b.arrays.items():
         if len(column) and (column.min() < 0 or column.max() > MAX_VALUE):
             fail(f"block {name} outside [0, {MAX_VALUE}]")
-    if b.count.sum() != n or np.any(b.count <= 0) or np.any(b.first != _starts(b.count)):
+    if np.any(b.count <= 0) or not _tiles(b.first, b.count, m.num_samples):
         fail("block sample ranges do not tile the samples")
     if len(b.first) == 0:
         return
     if b.shard.max() >= len(m.shards):
         fail(f"block shard outside [0, {len(m.shards) - 1}]")
     shard_first, shard_count, shard_bytes = _shard_table(m)
-    begin = shard_first[b.shard]
-    if np.any(b.first < begin) or np.any(b.first + b.count > begin + shard_count[b.shard]):
+    if (np.any(b.first < shard_first[b.shard])
+            or np.any(b.first + b.count > (shard_first + shard_count)[b.shard])):
         fail("a block crosses a shard boundary")
-    end = b.offset + b.length
-    bad = np.flatnonzero(end > shard_bytes[b.shard])
+    bad = np.flatnonzero(b.offset + b.length > shard_bytes[b.shard])
     if len(bad):
         i, shard = int(bad[0]), int(b.shard[bad[0]])
-        fail(f"block {i} spans bytes {b.offset[i]}..{end[i]} but shard {m.shards[shard].path} "
+        fail(f"block {i} spans bytes {b.offset[i]}..{b.offset[i] + b.length[i]} but shard {m.shards[shard].path} "
              f"has {shard_bytes[shard]} bytes")
     if float(np.sum(b.size_sum, dtype=np.float64)) > MAX_VALUE:  # schedules add sizes up in int64
         fail(f"sample sizes add up to more than {MAX_VALUE}")

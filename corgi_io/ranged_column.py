@@ -47,14 +47,28 @@ class RangedColumn(NDArrayOperatorsMixin):
 
     def __repr__(self) -> str:
         return (f"RangedColumn({self._storage.url(self._relpath)}, {self._rows} x {self.dtype}, "
-                f"{int(self._filled.sum())} of {len(self._filled)} pages read)")
+                f"{self.pages_read} of {len(self._filled)} pages read)")
 
     # --- reading ----------------------------------------------------------------------------------
     def fill(self, start: int = 0, stop: int | None = None) -> None:
         """Fetch rows [start, stop) (all by default) that are not here yet, one read per run of missing pages."""
+        self._fill_pages(self._pages(start, stop))
+
+    def complete(self, start: int = 0, stop: int | None = None) -> bool:
+        """True when rows [start, stop) (all by default) are here: reading them costs no request."""
+        return bool(self._filled[self._pages(start, stop)].all())
+
+    @property
+    def pages_read(self) -> int:
+        """Pages of PAGE bytes fetched so far (what this column costs in memory)."""
+        return int(self._filled.sum())
+
+    def _pages(self, start: int, stop: int | None) -> np.ndarray:
         stop = self._rows if stop is None else min(stop, self._rows)
-        if start < stop:
-            self._fill_pages(np.arange(start * self.itemsize // PAGE, -(-stop * self.itemsize // PAGE)))
+        start = max(start, 0)
+        if start >= stop:
+            return np.zeros(0, dtype=np.int64)
+        return np.arange(start * self.itemsize // PAGE, -(-stop * self.itemsize // PAGE))
 
     def _fill_pages(self, pages: np.ndarray) -> None:
         missing = pages[~self._filled[pages]]
