@@ -334,6 +334,8 @@ def _open_columns(storage, head: dict) -> dict:
             raw = _read_whole(storage, relpath, most_bytes(dtype, rows[name]))
             arrays[name] = column_from_bytes(raw, dtype, rows[name], url)
     return arrays
+
+
 def _read_v1_columns(storage, head: dict) -> dict:
     """The columns of a version-1 pack (one uncompressed npz, zlib CRC32, no extension column)."""
     where = storage.url(V1_COLUMNS_NAME)
