@@ -5,9 +5,10 @@ parsed (numpy's own parser: a Python literal, never code), and its dtype, shape 
 equal what the manifest's schema and head declare, and the file's length must equal the
 header plus exactly that many items.  Memory is therefore bounded by the declared sizes,
 which the head has already checked against limits.  Local files are memory-mapped (the page
-cache is shared by every process that opens the pack); remote ones are read whole.  A local
-file must be a regular file that resolves inside the pack root: a symlink out of the pack is
-refused before it is opened, and so is a FIFO (opening one would block).
+cache is shared by every process that opens the pack); remote per-sample columns become
+`RangedColumn`s that read only the rows asked for, and small remote files are read whole.
+A local file must be a regular file that resolves inside the pack root: a symlink out of
+the pack is refused before it is opened, and so is a FIFO (opening one would block).
 """
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import os
 import stat
 import tokenize
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from corgi_io.errors import ManifestError
+from corgi_io.ranged_column import PAGE, RangedColumn
 
 HEADER_READ = 4096 + 16  # magic, version and length field, and the largest header accepted
 
@@ -43,6 +46,26 @@ def local_file_size(path: str, root: str, where: str) -> int:
     if not stat.S_ISREG(info.st_mode):
         raise ManifestError(f"{where}: not a regular file")
     return info.st_size
+
+
+def checked_size(storage, relpath: str, most: int, where: str) -> int:
+    """The size of a manifest file, asked before any of it is read.
+
+    A missing or unreadable file, a local one that is not a regular file inside the root, or
+    one larger than `most` bytes is a ManifestError; storage trouble is a StorageError.
+    """
+    from corgi_io.storage import LocalStorage
+
+    try:
+        if isinstance(storage, LocalStorage):
+            size = local_file_size(storage.url(relpath), storage.root, where)
+        else:
+            size = storage.size(relpath)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if size > most:
+        raise ManifestError(f"{where}: {size} bytes, more than the {most} it may hold")
+    return size
 
 
 def parse_header(head: bytes, where: str) -> tuple:
@@ -73,11 +96,15 @@ def check_column(dtype, shape, data_offset: int, file_size: int, expected_dtype,
                             f"{data_offset + shape[0] * dtype.itemsize}")
 
 
-def map_local_column(path: str, root: str, expected_dtype, length: int, where: str) -> np.ndarray:
+def map_local_column(path: str, root: str, expected_dtype, length: int, where: str,
+                     scattered: bool = False) -> np.ndarray:
     """A read-only memory map of a local .npy column inside `root`, after its header and size are checked.
 
     The array is a plain ndarray over an `mmap` of the very descriptor whose header was checked
     (np.memmap's subclass doubles the cost of every scalar the loader reads from a column).
+    `scattered` (per-sample columns, which a rank reads block by block all over the file) turns
+    the kernel's read-ahead off for the map, so a rank's resident pages are the ones it touched,
+    not the megabytes around each; `prefetch` asks for long runs explicitly.
     """
     local_file_size(path, root, where)
     try:
@@ -88,9 +115,56 @@ def map_local_column(path: str, root: str, expected_dtype, length: int, where: s
             if shape[0] == 0:
                 return np.zeros(0, dtype=dtype)
             mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            if scattered and hasattr(mmap, "MADV_RANDOM"):
+                mapped.madvise(mmap.MADV_RANDOM)
     except OSError as exc:
         raise ManifestError(f"{where}: cannot read column ({exc.strerror or exc})") from None
     return np.frombuffer(mapped, dtype=dtype, count=shape[0], offset=offset)
+
+
+def open_ranged_column(storage, relpath: str, expected_dtype, length: int, where: str) -> RangedColumn:
+    """A remote column that reads rows on demand, after its size and header are checked (two small requests)."""
+    size = checked_size(storage, relpath, most_bytes(expected_dtype, length), where)
+    try:
+        header = storage.read_range(relpath, 0, min(size, HEADER_READ))
+    except FileNotFoundError as exc:
+        raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    dtype, shape, offset = parse_header(header, where)
+    check_column(dtype, shape, offset, size, expected_dtype, length, where)
+    return RangedColumn(storage, relpath, dtype, shape[0], offset)
+
+
+def prefetch_rows(columns, start: int, stop: int) -> None:
+    """`prefetch` rows [start, stop) of several columns; remote ones are read concurrently (one round trip, not one each)."""
+    ranged = [column for column in columns if isinstance(column, RangedColumn) and not column.complete(start, stop)]
+    for column in columns:
+        if not isinstance(column, RangedColumn):
+            prefetch(column, start, stop)
+    if len(ranged) > 1:
+        with ThreadPoolExecutor(len(ranged), thread_name_prefix="corgi-rows") as pool:
+            list(pool.map(lambda column: prefetch(column, start, stop), ranged))
+    elif ranged:
+        prefetch(ranged[0], start, stop)
+
+
+def prefetch(column, start: int, stop: int) -> None:
+    """Ask for rows [start, stop) of a column before they are used, in one go.
+
+    A remote column reads them (one request per run of missing pages); a memory-mapped one
+    asks the kernel to read their pages now (MADV_WILLNEED), which a map without read-ahead
+    would otherwise fault in one page at a time.  Anything else is already in memory.
+    """
+    start, stop = max(0, int(start)), min(int(stop), len(column))
+    if isinstance(column, RangedColumn):
+        column.fill(start, stop)
+        return
+    mapped = column.base if isinstance(column, np.ndarray) else None
+    mapped = mapped.obj if isinstance(mapped, memoryview) else mapped  # np.frombuffer keeps a memoryview of the map
+    if stop <= start or not isinstance(mapped, mmap.mmap) or not hasattr(mmap, "MADV_WILLNEED"):
+        return
+    skip = column.ctypes.data - np.frombuffer(mapped, np.uint8).ctypes.data  # the .npy header's bytes
+    begin = (skip + start * column.itemsize) // PAGE * PAGE
+    mapped.madvise(mmap.MADV_WILLNEED, begin, skip + stop * column.itemsize - begin)
 
 
 def column_from_bytes(raw: bytes, expected_dtype, length, where: str) -> np.ndarray:

@@ -7,13 +7,16 @@ A pack directory holds, beside its shards:
   the columns.  Human-readable.
 * ``columns/<name>.npy`` - one flat, uncompressed array per per-sample or per-block column
   (and the keys as one UTF-8 blob plus offsets).  Local packs memory-map them, so opening a
-  pack does not copy them and every process on a node shares one page cache.
+  pack does not copy them and every process on a node shares one page cache; remote packs
+  read the block columns whole and the per-sample rows on demand (`RangedColumn`).
 
 The columns are written first and the head last, each atomically, so a head on disk always
 describes complete columns.  Every input is untrusted: the head is type-checked, every
-column's dtype, length and file size must match the schema and the head before it is read,
-and the columns are validated against each other.  Any problem raises :class:`ManifestError`
-with one line naming the file.  Version-1 packs (one ``manifest.npz``, zlib CRC32) still open.
+column's dtype, length and file size must match the schema and the head before it is read.
+Opening costs O(blocks + shards): the block and shard tables are validated whole, and the
+per-sample rows of a block when a process first uses them (`Manifest.validate_rows`; `corgi
+verify` validates every row).  Any problem raises :class:`ManifestError` with one line naming
+the file.  Version-1 packs (one ``manifest.npz``, zlib CRC32) still open.
 
 What a reader tolerates, on purpose: head fields it does not know are ignored (a change that
 older readers must not ignore bumps ``corgi_manifest_version``); ``options`` is opaque (only a
@@ -25,14 +28,17 @@ be safe relative paths, and the readers check their sizes on first read.
 from __future__ import annotations
 
 import json
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from corgi_io.column_files import column_from_bytes, local_file_size, map_local_column, most_bytes, read_npz_members
+from corgi_io.column_files import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
+                                   prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, parse_head, validate
+from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
 __all__ = ["FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest", "save_manifest"]
 
@@ -63,6 +69,7 @@ BLOCK_COLUMNS = {
     "size_sum": np.int64,
 }
 KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
+ROWS_AT_ONCE = 1 << 20  # rows validated in one vectorised step: bounds the temporaries of a full validation
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,43 @@ class Shard:
     bytes: int
     first_sample: int
     samples: int
+
+
+class ShardTable(Sequence):
+    """The shards of a pack, a read-only sequence of `Shard`s kept as arrays (paths in one UTF-8 blob).
+
+    A pack of 10^9 samples in 512 MiB shards has ~200k of them: as Python objects they would
+    cost every rank ~100 MB; here they cost ~40 bytes each, and a `Shard` is made when asked for.
+    """
+
+    def __init__(self, paths, nbytes, first_sample, samples):
+        encoded = [path.encode("utf-8") for path in paths]
+        self._blob = b"".join(encoded)
+        self._bounds = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=self._bounds[1:])
+        self.bytes, self.first_sample, self.samples = (np.array(c, dtype=np.int64) for c in (nbytes, first_sample, samples))
+
+    def __len__(self) -> int:
+        return len(self.bytes)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        i += len(self) if i < 0 else 0
+        if not 0 <= i < len(self):
+            raise IndexError(f"shard {index} of {len(self)}")
+        return Shard(self.path(i), int(self.bytes[i]), int(self.first_sample[i]), int(self.samples[i]))
+
+    def path(self, index: int) -> str:
+        """The path of shard `index` alone."""
+        return self._blob[self._bounds[index]:self._bounds[index + 1]].decode("utf-8")
+
+    def __eq__(self, other):
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ShardTable({len(self)} shards)"
 
 
 @dataclass(frozen=True)
@@ -91,9 +135,15 @@ class Columns:
         return len(next(iter(self.arrays.values()))) if self.arrays else 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Manifest:
-    """An opened pack: head fields plus per-sample (`samples`) and per-block (`blocks`) columns."""
+    """An opened pack: head fields plus per-sample (`samples`) and per-block (`blocks`) columns.
+
+    The block table is validated at open; per-sample rows are validated by `validate_rows`,
+    once per block per process (`keys` and `key` call it for the rows they decode).  Pickling
+    keeps only (root, storage options): an unpickled Manifest reopens the pack, so a spawned
+    DataLoader worker maps the same files instead of receiving a copy of the columns.
+    """
 
     root: str
     version: int
@@ -102,26 +152,63 @@ class Manifest:
     options: dict
     labels: list
     extensions: list
-    shards: list
+    shards: ShardTable
     skipped: list
     samples: Columns
     blocks: Columns
     key_blob: np.ndarray = field(repr=False)
     key_offsets: np.ndarray = field(repr=False)
+    storage_options: dict = field(default_factory=dict, repr=False)
+    columns_url: str = field(default="", repr=False)       # the file that row errors name
+    rows_checked: np.ndarray = field(default=None, repr=False)  # per block: rows validated in this process
+
+    def __reduce__(self):
+        return open_manifest, (self.root, self.storage_options)
 
     @property
     def num_samples(self) -> int:
         return len(self.key_offsets) - 1
 
+    def validate_rows(self, start: int = 0, stop: int | None = None) -> None:
+        """Check the per-sample rows of every block holding a sample in [start, stop) (all by default).
+
+        Raises ManifestError naming the columns for the first disagreement.  A block is checked
+        once per process: call it before using a block's rows; a checked range costs microseconds.
+        """
+        stop = self.num_samples if stop is None else min(stop, self.num_samples)
+        if start >= stop:
+            return
+        first = self.blocks.first
+        lo, hi = first.searchsorted((start, stop - 1), "right").tolist()
+        lo -= 1
+        if self.rows_checked[lo] if hi - lo == 1 else self.rows_checked[lo:hi].all():
+            return
+        todo = lo + np.flatnonzero(~self.rows_checked[lo:hi])
+        for run in np.split(todo, np.flatnonzero(np.diff(todo) != 1) + 1) if len(todo) else ():
+            self._check_blocks(int(run[0]), int(run[-1]) + 1)
+
+    def _check_blocks(self, lo: int, hi: int) -> None:
+        """Validate blocks [lo, hi) in steps of about ROWS_AT_ONCE rows, fetching each step's rows first."""
+        first, count = self.blocks.first, self.blocks.count
+        while lo < hi:
+            step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + ROWS_AT_ONCE))))
+            start, stop = int(first[lo]), int(first[step - 1] + count[step - 1])
+            prefetch_rows((*self.samples.arrays.values(), self.key_offsets), start, stop + 1)
+            prefetch(self.key_blob, self.key_offsets[start], self.key_offsets[stop])  # unchecked yet: clamped
+            check_block_rows(self, lo, step, self.columns_url)
+            self.rows_checked[lo:step] = True
+            lo = step
+
     def key(self, index: int) -> str:
         """The key of sample `index`, decoded on demand."""
-        lo, hi = self.key_offsets[index], self.key_offsets[index + 1]
-        return self.key_blob[lo:hi].tobytes().decode("utf-8")
+        index = int(index) + self.num_samples if index < 0 else int(index)
+        return self.keys(index, index + 1)[0]
 
     def keys(self, start: int = 0, stop: int | None = None) -> list:
         """The keys of samples [start, stop), decoded in one pass (all keys by default)."""
         stop = self.num_samples if stop is None else stop
-        bounds = self.key_offsets[start:stop + 1]
+        self.validate_rows(start, stop)
+        bounds = np.asarray(self.key_offsets[start:stop + 1])
         blob, bounds = self.key_blob[bounds[0]:bounds[-1]].tobytes(), (bounds - bounds[0]).tolist()
         return [blob[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -159,43 +246,56 @@ def _declared_rows(counts: dict) -> dict:
 
 def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
     """Write every column then the head, each atomically (temporary name, then rename)."""
-    from corgi_io.atomic import atomic_output
-
-    root = Path(root)
     key_blob, key_offsets = encode_keys(keys)
     arrays = {**{f"sample_{n}": samples[n] for n in SAMPLE_COLUMNS}, **{f"block_{n}": blocks[n] for n in BLOCK_COLUMNS},
               "key_blob": key_blob, "key_offsets": key_offsets}
-    (root / COLUMNS_DIR).mkdir(exist_ok=True)
-    for name, dtype in column_schema().items():
-        with atomic_output(root / column_path(name)) as f:
-            np.save(f, np.ascontiguousarray(arrays[name], dtype=np.dtype(dtype).newbyteorder("<")),
-                    allow_pickle=False)
-    counts = {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)}
+    for name in column_schema():
+        save_column(root, name, arrays[name])
+    save_head(root, head, {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)})
+
+
+def save_column(root, name: str, array) -> None:
+    """Write column `name` of `column_schema()` atomically, as a flat little-endian .npy of its dtype."""
+    from corgi_io.atomic import atomic_output
+
+    (Path(root) / COLUMNS_DIR).mkdir(exist_ok=True)
+    with atomic_output(Path(root) / column_path(name)) as f:
+        np.save(f, np.ascontiguousarray(array, dtype=np.dtype(column_schema()[name]).newbyteorder("<")),
+                allow_pickle=False)
+
+
+def save_head(root, head: dict, counts: dict) -> None:
+    """Write the head atomically, after every column: `counts` are the columns' rows (samples, blocks, key_bytes)."""
+    from corgi_io.atomic import atomic_output
+
     head = dict(head, corgi_manifest_version=MANIFEST_VERSION, counts=counts)
-    with atomic_output(root / HEAD_NAME) as f:
+    with atomic_output(Path(root) / HEAD_NAME) as f:
         f.write(json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
 
 
 def open_manifest(source, storage_options: dict | None = None) -> Manifest:
-    """Open and validate the manifest of a pack at a local path or fsspec URL (or pass one through).
+    """Open a pack at a local path or fsspec URL (or pass a Manifest through), in O(blocks + shards).
 
-    `storage_options` go to `open_storage` (credentials, retry budgets).  Raises ManifestError,
-    with one line naming the file, for anything missing or malformed, and StorageError when the
-    storage itself cannot be reached.
+    The head, the block table and the shard table are read and validated whole; per-sample
+    rows are mapped (local) or read on demand (remote) and validated by `Manifest.validate_rows`
+    when first used.  `storage_options` go to `open_storage` (credentials, retry budgets).
+    Raises ManifestError, with one line naming the file, for anything missing or malformed, and
+    StorageError when the storage itself cannot be reached.
     """
     if isinstance(source, Manifest):
         return source
     from corgi_io.storage import open_storage
 
-    root = str(source)
-    storage = open_storage(root, **(storage_options or {}))
+    root, storage_options = str(source), dict(storage_options or {})
+    storage = open_storage(root, **storage_options)
     head_url = storage.url(HEAD_NAME)
     if not storage.exists(HEAD_NAME):
         raise ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")
     head = parse_head(_read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES), head_url)
-    arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _read_columns(storage, head)
-    manifest = _build(root, head, arrays)
-    validate(manifest, storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME))
+    arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _open_columns(storage, head)
+    where = storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME)
+    manifest = _build(root, head, arrays, storage_options, where)
+    check_tables(manifest, where)
     return manifest
 
 
@@ -205,31 +305,33 @@ def _read_whole(storage, relpath: str, most: int) -> bytes:
     A missing, unreadable or oversized one is a ManifestError (so is a local one that is not a
     regular file inside the root); storage trouble is a StorageError.
     """
-    from corgi_io.storage import LocalStorage
-
     where = storage.url(relpath)
+    size = checked_size(storage, relpath, most, where)
     try:
-        local = isinstance(storage, LocalStorage)
-        size = local_file_size(where, storage.root, where) if local else storage.size(relpath)
-        raw = b"" if size > most else storage.read_all(relpath)
+        raw = storage.read_all(relpath)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    if max(size, len(raw)) > most:  # too big to read, or it grew (or a server's size was wrong)
+    if len(raw) > most:  # it grew since its size was asked (or a server's size was wrong)
         raise ManifestError(f"{where}: {max(size, len(raw))} bytes, more than the {most} it may hold")
     return raw
 
 
-def _read_columns(storage, head: dict) -> dict:
-    """The columns of a version-2 pack: memory-mapped when local, read whole when remote."""
+def _open_columns(storage, head: dict) -> dict:
+    """The columns of a version-2 pack: memory-mapped when local; when remote, the block
+    columns read whole and the per-sample ones (and the keys) as RangedColumns."""
     from corgi_io.storage import LocalStorage
 
     rows, arrays = _declared_rows(head["counts"]), {}
     for name, dtype in column_schema().items():
-        url = storage.url(column_path(name))
+        relpath = column_path(name)
+        url = storage.url(relpath)
+        per_sample = not name.startswith("block_")
         if isinstance(storage, LocalStorage):
-            arrays[name] = map_local_column(url, storage.root, dtype, rows[name], url)
+            arrays[name] = map_local_column(url, storage.root, dtype, rows[name], url, scattered=per_sample)
+        elif per_sample:
+            arrays[name] = open_ranged_column(storage, relpath, dtype, rows[name], url)
         else:
-            raw = _read_whole(storage, column_path(name), most_bytes(dtype, rows[name]))
+            raw = _read_whole(storage, relpath, most_bytes(dtype, rows[name]))
             arrays[name] = column_from_bytes(raw, dtype, rows[name], url)
     return arrays
 
@@ -255,10 +357,12 @@ def _read_v1_columns(storage, head: dict) -> dict:
     return arrays
 
 
-def _build(root: str, head: dict, arrays: dict) -> Manifest:
+def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: str) -> Manifest:
     samples = Columns({n: arrays[f"sample_{n}"] for n in SAMPLE_COLUMNS})
     blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
     return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
                     options=head["options"], labels=head["labels"], extensions=head["extensions"],
-                    shards=[Shard(*s) for s in head["shards"]], skipped=head["skipped"], samples=samples,
-                    blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"])
+                    shards=ShardTable(*head["shards"]), skipped=head["skipped"], samples=samples,
+                    blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
+                    storage_options=storage_options, columns_url=where,
+                    rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool))

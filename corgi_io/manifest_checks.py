@@ -1,14 +1,24 @@
 """Checking an untrusted manifest: the head's fields and types, then the columns against each other.
 
-`parse_head` turns the JSON head into plain, typed fields or raises ManifestError; `validate`
-checks the opened columns with vectorised numpy (a million samples cost milliseconds): every
-number in range, every range inside its shard, blocks that tile the samples, keys that index
-their blob.  Nothing here reads a file; both name `where` in their one-line errors.
+Three layers, each raising ManifestError with one line that names `where`:
+
+* `parse_head` turns the JSON head into plain, typed fields;
+* `check_tables` checks what is O(blocks + shards), when a pack is opened: the shard and
+  block tables are in range, tile the samples, and every block lies inside its shard's
+  samples and bytes;
+* `check_block_rows` checks the per-sample rows of a run of blocks, vectorised: every number
+  in range, each record inside its block and shard and contiguous with the previous one,
+  payloads inside records, size sums equal to the block's, keys that index their blob and
+  decode as UTF-8.  `Manifest.validate_rows` runs it on the blocks a process uses, when it
+  first uses them, and on all of them for `corgi verify`.
+
+Nothing here reads a file (a column slice may fetch rows of a remote column).
 """
 from __future__ import annotations
 
 import json
 import reprlib
+from functools import partial
 
 import numpy as np
 
@@ -107,11 +117,11 @@ def _parse_v2_fields(head: dict, where: str) -> dict:
     return {"checksum": head["checksum"], "extensions": extensions, "counts": counts}
 
 
-def _parse_shards(shards, where: str) -> list:
-    """[(path, bytes, first sample, samples)] with safe, distinct relative paths."""
+def _parse_shards(shards, where: str) -> tuple:
+    """The shards as columns: (paths, bytes, first samples, samples), with safe, distinct relative paths."""
     if not isinstance(shards, list):
         _fail(where, "shards must be a list")
-    parsed, seen = [], set()
+    columns, seen = ([], [], [], []), set()
     for i, shard in enumerate(shards):
         if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
             _fail(where, f"shard {i} must be an object with a string path")
@@ -121,101 +131,150 @@ def _parse_shards(shards, where: str) -> list:
             _fail(where, f"shard {i} path {SHORT.repr(path)} {reason or 'is listed twice'}: "
                          "it must be a relative path inside the pack")
         seen.add(path)
-        parsed.append((path, *(_integer(shard.get(name), where, f"shard {i} {name}")
-                              for name in ("bytes", "first_sample", "samples"))))
-    return parsed
+        for column, value in zip(columns, (path, *(_integer(shard.get(name), where, f"shard {i} {name}")
+                                                   for name in ("bytes", "first_sample", "samples")))):
+            column.append(value)
+    return columns
 
 
-def validate(m, where: str) -> None:
-    """Check that keys, columns, blocks and shards agree; raises ManifestError at the first disagreement."""
-    def fail(message):
-        _fail(where, message)
-
-    _check_keys(m, fail)
-    _check_ranges(m, fail)
-    _check_shards(m, fail)
-    _check_records(m, fail)
-    _check_blocks(m, fail)
+def check_tables(m, where: str) -> None:
+    """The checks that cost O(blocks + shards): run by `open_manifest` on every pack it opens."""
+    fail = partial(_fail, where)
+    _check_lengths(m, fail)
+    shard_first, shard_count, _ = _shard_table(m)
+    if not _tiles(shard_first, shard_count, m.num_samples):
+        fail("shard sample ranges do not tile the samples")
+    _check_block_table(m, fail)
 
 
-def _check_keys(m, fail) -> None:
-    offsets, blob = m.key_offsets, m.key_blob
-    if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(blob) or np.any(np.diff(offsets) < 0):
+def _check_lengths(m, fail) -> None:
+    """One row per sample in every sample column, equal block columns (version 1 has no declared counts)."""
+    offsets, n = m.key_offsets, m.num_samples
+    if len(offsets) == 0 or (n == 0 and (int(offsets[0]) != 0 or len(m.key_blob))):
         fail("key offsets do not index the key blob")
-    inner = offsets[1:-1][offsets[1:-1] < len(blob)]
-    if np.any((blob[inner] & 0xC0) == 0x80):
-        fail("a key boundary splits a UTF-8 character")
-    try:
-        np.asarray(blob).tobytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        fail(f"keys are not valid UTF-8 (key byte {exc.start})")
-
-
-def _check_ranges(m, fail) -> None:
-    """Every column has one row per sample (per block), and every number lies in its range."""
-    s, b, n = m.samples, m.blocks, m.num_samples
-    for name, column in s.arrays.items():
+    for name, column in m.samples.arrays.items():
         if len(column) != n:
             fail(f"column sample_{name!s} has {len(column)} rows but there are {n} keys")
-    if len({len(column) for column in b.arrays.values()}) > 1:
+    if len({len(column) for column in m.blocks.arrays.values()}) > 1:
         fail("block columns differ in length")
+
+
+def _shard_table(m) -> tuple:
+    """(first sample, samples, bytes) of every shard, as int64 arrays."""
+    return m.shards.first_sample, m.shards.samples, m.shards.bytes
+
+
+def _tiles(first: np.ndarray, counts: np.ndarray, total: int) -> bool:
+    """True when runs of `counts` items starting at `first` lie end to end from 0 to `total`."""
+    if len(first) == 0:
+        return total == 0
+    ends = np.cumsum(counts)
+    return bool(first[0] == 0 and ends[-1] == total and np.array_equal(first[1:], ends[:-1]))
+
+
+def _check_block_table(m, fail) -> None:
+    """Block columns in range, tiling the samples, each block inside its shard's samples and bytes (O(blocks))."""
+    b = m.blocks
+    for name, column in b.arrays.items():
+        if len(column) and (column.min() < 0 or column.max() > MAX_VALUE):
+            fail(f"block {name} outside [0, {MAX_VALUE}]")
+    if np.any(b.count <= 0) or not _tiles(b.first, b.count, m.num_samples):
+        fail("block sample ranges do not tile the samples")
+    if len(b.first) == 0:
+        return
+    if b.shard.max() >= len(m.shards):
+        fail(f"block shard outside [0, {len(m.shards) - 1}]")
+    shard_first, shard_count, shard_bytes = _shard_table(m)
+    if (np.any(b.first < shard_first[b.shard])
+            or np.any(b.first + b.count > (shard_first + shard_count)[b.shard])):
+        fail("a block crosses a shard boundary")
+    bad = np.flatnonzero(b.offset + b.length > shard_bytes[b.shard])
+    if len(bad):
+        i, shard = int(bad[0]), int(b.shard[bad[0]])
+        fail(f"block {i} spans bytes {b.offset[i]}..{b.offset[i] + b.length[i]} but shard {m.shards[shard].path} "
+             f"has {shard_bytes[shard]} bytes")
+    if float(np.sum(b.size_sum, dtype=np.float64)) > MAX_VALUE:  # schedules add sizes up in int64
+        fail(f"sample sizes add up to more than {MAX_VALUE}")
+
+
+def check_block_rows(m, lo: int, hi: int, where: str) -> None:
+    """Check the per-sample rows of blocks [lo, hi) against each other and against the block table."""
+    fail = partial(_fail, where)
+    b = m.blocks
+    start, stop = int(b.first[lo]), int(b.first[hi - 1] + b.count[hi - 1])
+    _check_keys(m, lo, hi, start, stop, fail)  # first: later messages quote keys
+    rows = {name: np.asarray(column[start:stop]) for name, column in m.samples.arrays.items()}
+    _check_values(m, rows, start, fail)
+    stray = np.flatnonzero(rows["shard"] != np.repeat(b.shard[lo:hi], b.count[lo:hi]))
+    if len(stray):
+        fail(f"sample {start + int(stray[0])}: its shard id disagrees with the shard sample ranges")
+    _check_records(m, rows, lo, hi, start, fail)
+    first = b.first[lo:hi] - start
+    sizes = rows["size"]
+    if (np.any(np.add.reduceat(sizes, first, dtype=np.float64) > MAX_VALUE)
+            or np.any(np.add.reduceat(sizes, first) != b.size_sum[lo:hi])):
+        fail("block size sums disagree with sample sizes")
+
+
+def _check_keys(m, lo: int, hi: int, start: int, stop: int, fail) -> None:
+    """The keys of rows [start, stop): offsets inside the blob and ascending, boundaries on characters, UTF-8."""
+    offsets, blob_bytes = np.asarray(m.key_offsets[start:stop + 1]), len(m.key_blob)
+    if (offsets[0] < 0 or offsets[-1] > blob_bytes or np.any(np.diff(offsets) < 0)
+            or (lo == 0 and offsets[0] != 0) or (hi == len(m.blocks.first) and offsets[-1] != blob_bytes)):
+        fail("key offsets do not index the key blob")
+    blob = np.asarray(m.key_blob[int(offsets[0]):int(offsets[-1])])
+    inner = offsets[:-1] - offsets[0]
+    if np.any((blob[inner[inner < len(blob)]] & 0xC0) == 0x80):
+        fail("a key boundary splits a UTF-8 character")
+    try:
+        blob.tobytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"keys are not valid UTF-8 (key byte {int(offsets[0]) + exc.start})")
+
+
+def _key(m, index: int) -> str:
+    """The key of a row whose keys are checked, for messages (bounded)."""
+    text = m.key_blob[int(m.key_offsets[index]):int(m.key_offsets[index + 1])].tobytes().decode("utf-8")
+    return SHORT.repr(text)
+
+
+def _check_values(m, rows: dict, start: int, fail) -> None:
+    """Every number of rows in its range: indexes inside their tables, byte counts and sizes in [0, MAX_VALUE]."""
     limits = [("label", -1, len(m.labels) - 1), ("kind", 0, len(KINDS) - 1), ("ext", 0, len(m.extensions) - 1),
               ("shard", 0, len(m.shards) - 1)]
     limits += [(name, 0, MAX_VALUE) for name in ("bytes", "size", "offset", "length", "data_offset")]
     for name, least, most in limits:
-        column = getattr(s, name)
-        if n and (column.min() < least or column.max() > most):
-            fail(f"sample {name} outside [{least}, {most}] (e.g. {_first_outside(column, least, most)})")
-    for name, column in b.arrays.items():
-        if len(column) and (column.min() < 0 or column.max() > MAX_VALUE):
-            fail(f"block {name} outside [0, {MAX_VALUE}]")
-    if float(np.sum(s.size, dtype=np.float64)) > MAX_VALUE:  # block sums and schedules add sizes up in int64
-        fail(f"sample sizes add up to more than {MAX_VALUE}")
+        column = rows[name]
+        if len(column) and (column.min() < least or column.max() > most):
+            bad = int(np.flatnonzero((column < least) | (column > most))[0])
+            fail(f"sample {name} outside [{least}, {most}] (e.g. {int(column[bad])} at sample {start + bad})")
 
 
-def _first_outside(column, least, most) -> int:
-    return int(column[np.flatnonzero((column < least) | (column > most))[0]])
-
-
-def _check_shards(m, fail) -> None:
-    s, n = m.samples, m.num_samples
-    shard_count = np.array([sh.samples for sh in m.shards], dtype=np.int64)
-    shard_first = np.array([sh.first_sample for sh in m.shards], dtype=np.int64)
-    if shard_count.sum() != n or np.any(shard_first != np.concatenate([[0], np.cumsum(shard_count)[:-1]])):
-        fail("shard sample ranges do not tile the samples")
-    if np.any(s.shard != np.repeat(np.arange(len(m.shards), dtype=np.int32), shard_count)):
-        fail("sample shard ids disagree with the shard sample ranges")
-
-
-def _check_records(m, fail) -> None:
-    s, n = m.samples, m.num_samples
-    shard_bytes = np.array([sh.bytes for sh in m.shards], dtype=np.int64)
-    end = s.offset + s.length
-    bad = np.flatnonzero((s.length <= 0) | (end > shard_bytes[s.shard]) if n else [])
+def _check_records(m, rows: dict, lo: int, hi: int, start: int, fail) -> None:
+    """Records inside their shard, back to back from their block's start to its end; payloads inside records."""
+    b = m.blocks
+    offset, length = rows["offset"], rows["length"]
+    end = offset + length
+    shard_bytes = _shard_table(m)[2]
+    bad = np.flatnonzero((length <= 0) | (end > shard_bytes[rows["shard"]]))
     if len(bad):
-        i = int(bad[0])
-        fail(f"sample {i} ({m.key(i)!r}) spans bytes {s.offset[i]}..{end[i]} but shard "
-             f"{m.shards[s.shard[i]].path} has {shard_bytes[s.shard[i]]} bytes")
-    bad = np.flatnonzero((s.data_offset < s.offset) | (s.data_offset + s.bytes > end))
+        i, shard = int(bad[0]), int(rows["shard"][bad[0]])
+        fail(f"sample {start + i} ({_key(m, start + i)}) spans bytes {offset[i]}..{end[i]} but shard "
+             f"{m.shards[shard].path} has {shard_bytes[shard]} bytes")
+    bad = np.flatnonzero((rows["data_offset"] < offset) | (rows["data_offset"] + rows["bytes"] > end))
     if len(bad):
-        fail(f"sample {int(bad[0])} ({m.key(int(bad[0]))!r}): payload lies outside its record")
-
-
-def _check_blocks(m, fail) -> None:
-    s, b, n = m.samples, m.blocks, m.num_samples
-    if b.count.sum() != n or np.any(b.count <= 0) or np.any(b.first != np.concatenate([[0], np.cumsum(b.count)[:-1]])):
-        fail("block sample ranges do not tile the samples")
-    if len(b.first) == 0:
-        return
-    last = b.first + b.count - 1
-    end = s.offset + s.length
-    if np.any(s.shard[b.first] != b.shard) or np.any(s.shard[last] != b.shard):
-        fail("a block crosses a shard boundary")
-    if np.any(b.offset != s.offset[b.first]) or np.any(b.offset + b.length != end[last]):
+        fail(f"sample {start + int(bad[0])} ({_key(m, start + int(bad[0]))}): payload lies outside its record")
+    first, last = b.first[lo:hi] - start, b.first[lo:hi] + b.count[lo:hi] - 1 - start
+    if np.any(offset[first] != b.offset[lo:hi]) or np.any(end[last] != b.offset[lo:hi] + b.length[lo:hi]):
         fail("block byte ranges disagree with their samples")
-    inner = np.ones(n, dtype=bool)
-    inner[b.first] = False  # contiguous inside a block: each record starts where the previous ended
-    if np.any(s.offset[1:][inner[1:]] != end[:-1][inner[1:]]):
+    inner = np.ones(len(offset), dtype=bool)
+    inner[first] = False  # inside a block each record starts where the previous one ended
+    if np.any(offset[1:][inner[1:]] != end[:-1][inner[1:]]):
         fail("samples inside a block are not contiguous")
-    if np.any(np.add.reduceat(s.size, b.first) != b.size_sum):
-        fail("block size sums disagree with sample sizes")
+
+
+def validate(m, where: str) -> None:
+    """Every check on every row: the tables, then all blocks (what `Manifest.validate_rows()` does, uncached)."""
+    check_tables(m, where)
+    if len(m.blocks.first):
+        check_block_rows(m, 0, len(m.blocks.first), where)

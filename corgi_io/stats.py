@@ -44,6 +44,7 @@ def log_histogram(values, bins: int = HISTOGRAM_BINS) -> dict:
 
 def summarize(m: Manifest) -> dict:
     """Everything `corgi stats` shows, as JSON-ready data."""
+    m.validate_rows()  # stats read every row: check them all (opening a pack checks only its tables)
     s, b = m.samples, m.blocks
     per_kind = {KINDS[k]: describe(s.size[s.kind == k]) for k in np.unique(s.kind)}
     shard_bytes = [sh.bytes for sh in m.shards]

@@ -80,6 +80,7 @@ def verify(dataset, progress: bool | None = None, max_errors: int = 20, jobs: in
     A malformed manifest raises ManifestError.  `progress`: a tqdm bar (None: when on a terminal).
     """
     m = open_manifest(dataset, storage_options)
+    m.validate_rows()  # every per-sample row: opening a pack checks only its block and shard tables
     report = VerifyReport(max_errors=max_errors)
     with _shard_reports(m, jobs, max_errors, storage_options) as reports, \
             tqdm(total=sum(sh.bytes for sh in m.shards), unit="B", unit_scale=True, desc="verify",

@@ -181,6 +181,7 @@ def test_verify_stops_with_a_storage_error_when_the_server_is_down(http_server, 
     from corgi_io import verify
 
     m = open_manifest(urls["wds"])
+    m.validate_rows()  # a remote manifest reads its rows on demand: read (and check) them while the server is up
     with http_server.down():
         with pytest.raises(StorageError, match=r"size failed after \d+ attempts") as info:
             verify(m, progress=False, storage_options={"retry_seconds": 0.3, "backoff": 0.05})

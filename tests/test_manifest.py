@@ -127,9 +127,12 @@ def edit_columns(out: Path, change) -> None:
     edit_head(out, lambda head: head.update(counts=counts))
 
 
-def manifest_error(out: Path, file_name: str) -> str:
+def manifest_error(out: Path, file_name: str, when: str = "open") -> str:
+    """The one-line ManifestError naming `file_name` that `open_manifest` raises (`when="open"`), or that
+    the full row validation raises after an open that succeeds (`when="rows"`: a per-sample fault)."""
+    check = (lambda: open_manifest(out)) if when == "open" else open_manifest(out).validate_rows
     with pytest.raises(ManifestError) as info:
-        open_manifest(out)
+        check()
     message = str(info.value)
     assert "\n" not in message, message
     assert f"{out}/{file_name}" in message, message
@@ -221,7 +224,7 @@ def test_offset_past_shard_size_in_columns(pack_copy):
         a["sample_offset"] = a["sample_offset"].copy()
         a["sample_offset"][last] += m.shards[0].bytes
     edit_columns(pack_copy, push)
-    message = manifest_error(pack_copy, "columns")
+    message = manifest_error(pack_copy, "columns", when="rows")
     assert m.shards[0].path in message and str(m.shards[0].bytes) in message
 
 
@@ -251,35 +254,35 @@ def test_shard_path_must_stay_inside_the_pack(pack_copy, path):
 
 def test_label_outside_index(pack_copy):
     edit_head(pack_copy, lambda head: head.update(labels=["bird"]))
-    assert "label" in manifest_error(pack_copy, "columns")
+    assert "label" in manifest_error(pack_copy, "columns", when="rows")
 
 
 def test_negative_size_refused(pack_copy):
     def negate(a):
         a["sample_size"] = -a["sample_size"]
     edit_columns(pack_copy, negate)
-    assert "sample size outside" in manifest_error(pack_copy, "columns")
+    assert "sample size outside" in manifest_error(pack_copy, "columns", when="rows")
 
 
 def test_block_size_sum_disagrees(pack_copy):
     def bump(a):
         a["block_size_sum"] = a["block_size_sum"] + 1
     edit_columns(pack_copy, bump)
-    assert "size" in manifest_error(pack_copy, "columns")
+    assert "size" in manifest_error(pack_copy, "columns", when="rows")
 
 
 def test_block_range_disagrees(pack_copy):
     def shrink(a):
         a["block_length"] = a["block_length"] - 1
     edit_columns(pack_copy, shrink)
-    assert "block" in manifest_error(pack_copy, "columns")
+    assert "block" in manifest_error(pack_copy, "columns", when="rows")
 
 
 def test_keys_offsets_out_of_blob(pack_copy):
     def cut(a):
         a["key_blob"] = a["key_blob"][:-3]
     edit_columns(pack_copy, cut)
-    assert "key" in manifest_error(pack_copy, "columns")
+    assert "key" in manifest_error(pack_copy, "columns", when="rows")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -1,11 +1,14 @@
 """A manifest is untrusted input: a seeded fault-injection campaign against `open_manifest`.
 
 One small pack of each version is built once.  Every mutation damages its manifest files in
-place (the head, a column, the version-1 npz), the pack is opened, and the files are restored.
-Each outcome must be one of two: the pack opens and is self-consistent (it validates, every key
-decodes, `verify` runs to an answer), or `ManifestError` is raised with one line naming a file
-under the pack root.  Mutations that leave no valid reading (a bad version, a path out of the
-pack, a column of the wrong dtype...) must be refused.  While each one runs, an audit hook
+place (the head, a column, the version-1 npz), the pack is opened, every block's rows are used
+as a rank uses them, `verify` runs, and the files are restored.  Opening checks only the head,
+the column files and the block and shard tables, so each outcome must be one of three: the
+pack opens and is self-consistent (every row validates, every key decodes, `verify` runs to an
+answer); or `ManifestError` is raised with one line naming a file under the pack root, at
+open, or at the first use of the damaged rows, and then by `verify` too (it validates every
+row).  Mutations that leave no valid reading (a bad version, a path out of the pack, a column
+of the wrong dtype...) must be refused.  While each one runs, an audit hook
 records every file opened and every pickle lookup, and tracemalloc the peak memory: nothing
 outside the root may be opened (a copy of a shard waits at `../SECRET.bin`), nothing may be
 unpickled, and no open may allocate more than PEAK_LIMIT.  The table of kinds and outcomes is
@@ -575,30 +578,68 @@ CAMPAIGN = [  # (kind, mutation, count, pack version)
     ("v1 npz: flip bytes", npz_flip, 16, "v1"),
     ("v1 npz: member swap", npz_member, 16, "v1"),
 ]
-OPENED, REFUSED, ESCAPED = "opened, consistent", "ManifestError", "anything else"
+OPENED, REFUSED, REFUSED_AT_USE, ESCAPED = ("opened, consistent", "ManifestError at open",
+                                           "ManifestError at first use", "anything else")
+
+
+def use_every_block(m) -> None:
+    """Use each block's rows as a rank's loader does: validate them first, then read its columns and keys."""
+    s = m.samples
+    for first, count in zip(m.blocks.first.tolist(), m.blocks.count.tolist()):
+        stop = first + count
+        m.validate_rows(first, stop)
+        assert 0 <= int(s.offset[first]) <= int(s.offset[stop - 1] + s.length[stop - 1]) <= m.shards[s.shard[first]].bytes
+        for column in s.arrays.values():
+            column[first:stop].tolist()
+        assert len(m.keys(first, stop)) == count
 
 
 def check_consistent(m) -> None:
-    """What an opened manifest must satisfy: it validates, its keys decode, its shard paths are safe."""
-    validate(m, "re-check")
+    """What a manifest whose every block was used must satisfy: it validates afresh, keys decode, shard paths are safe."""
+    validate(m, m.columns_url)
     keys = m.keys()
     assert len(keys) == m.num_samples and [m.key(i) for i in range(m.num_samples)] == keys
     assert all(shard_path_problem(shard.path) is None for shard in m.shards)
 
 
+def names_the_pack(exc: ManifestError, t: Target) -> bool:
+    return "\n" not in str(exc) and f"{t.root}/" in str(exc)
+
+
 def attempt(t: Target) -> tuple:
-    """(outcome, detail, Watch) of opening the pack, and of verifying it when it opens."""
+    """(outcome, detail, Watch) of opening the pack, using every block's rows, and verifying it.
+
+    A fault in per-sample rows may pass the open: then using the rows must raise it, and `verify`
+    (which validates every row) must raise it too; when using the rows raises nothing, neither may verify.
+    """
     with Watch() as watch:
         try:
-            check_consistent(open_manifest(str(t.root)))
+            m = open_manifest(str(t.root))
+        except ManifestError as exc:
+            return (REFUSED if names_the_pack(exc, t) else ESCAPED), str(exc), watch
+        except (Exception, Hung) as exc:  # noqa: BLE001 - the point of the campaign: record whatever escapes
+            return ESCAPED, f"open: {type(exc).__name__}: {str(exc)[:200]}", watch
+        at_use = at_verify = None
+        try:
+            use_every_block(m)
+            check_consistent(m)
+        except ManifestError as exc:
+            at_use = exc
+        except (Exception, Hung) as exc:  # noqa: BLE001
+            return ESCAPED, f"first use: {type(exc).__name__}: {str(exc)[:200]}", watch
+        try:
             verify(str(t.root), progress=False)
         except ManifestError as exc:
-            message = str(exc)
-            return (REFUSED if "\n" not in message and f"{t.root}/" in message else ESCAPED), message, watch
-        except CorgiError as exc:  # verify's own findings (a shard that does not match) are answers too
-            return OPENED, str(exc), watch
-        except (Exception, Hung) as exc:  # noqa: BLE001 - the point of the campaign: record whatever escapes
-            return ESCAPED, f"{type(exc).__name__}: {str(exc)[:200]}", watch
+            at_verify = exc
+        except CorgiError:  # verify's own findings (a shard that does not match) are answers too
+            pass
+        except (Exception, Hung) as exc:  # noqa: BLE001
+            return ESCAPED, f"verify: {type(exc).__name__}: {str(exc)[:200]}", watch
+    if (at_use is None) != (at_verify is None):
+        return ESCAPED, f"first use raised {at_use!s}, but verify raised {at_verify!s}", watch
+    if at_use is not None:
+        return (REFUSED_AT_USE if names_the_pack(at_use, t) and names_the_pack(at_verify, t) else ESCAPED), \
+            f"{at_use} / {at_verify}", watch
     return OPENED, "", watch
 
 
@@ -633,9 +674,10 @@ def run_campaign(targets: dict) -> tuple:
 
 def format_table(table: dict) -> str:
     width = max(map(len, table))
-    lines = [f"{'mutation kind':<{width}}  count  " + "  ".join((OPENED, REFUSED, ESCAPED))]
+    outcomes = (OPENED, REFUSED, REFUSED_AT_USE, ESCAPED)
+    lines = [f"{'mutation kind':<{width}}  count  " + "  ".join(outcomes)]
     for kind, counts in list(table.items()) + [("total", sum(table.values(), Counter()))]:
-        cells = "  ".join(f"{counts[o]:>{len(o)}}" for o in (OPENED, REFUSED, ESCAPED))
+        cells = "  ".join(f"{counts[o]:>{len(o)}}" for o in outcomes)
         lines.append(f"{kind:<{width}}  {sum(counts.values()):>5}  {cells}")
     return "\n".join(lines)
 
@@ -670,10 +712,13 @@ def test_instruments_see_what_they_guard(targets):
 
 # --- the issue's own examples, one by one -----------------------------------------------------
 
-def refusal(t: Target, file_name: str) -> tuple:
-    """(message, Watch) of a ManifestError that names `file_name` under the root in one line."""
+def refusal(t: Target, file_name: str, when: str = "open") -> tuple:
+    """(message, Watch) of a ManifestError that names `file_name` under the root in one line, raised by
+    `open_manifest` (`when="open"`) or, for a fault in per-sample rows, by validating every row after an
+    open that succeeds (`when="rows"`)."""
+    check = (lambda: open_manifest(t.root)) if when == "open" else open_manifest(t.root).validate_rows
     with Watch() as watch, pytest.raises(ManifestError) as info:
-        open_manifest(t.root)
+        check()
     message = str(info.value)
     assert "\n" not in message and f"{t.root}/{file_name}" in message, message
     assert not watch.outside(t) and not watch.unpickled, (watch.outside(t), watch.unpickled)
@@ -691,7 +736,7 @@ def test_negative_sample_size_refused(v2):
     sizes = np.load(path).copy()
     sizes[3] = -5
     save(path, sizes)
-    assert "sample size outside" in refusal(v2, "columns")[0]
+    assert "sample size outside" in refusal(v2, "columns", when="rows")[0]
 
 
 def test_empty_checksum_column_refused_at_open(v2, v1):
