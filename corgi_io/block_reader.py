@@ -93,6 +93,7 @@ class BlockReader:
     def _read(self, piece):
         """Read one piece (in a reading thread) and, with verification on, check it before it is split."""
         _, start, stop = (int(x) for x in piece)
+        self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
         if self.verifier is not None:
             self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
         data = self.storage.read_range(*self.byte_range(piece))

@@ -220,3 +220,12 @@ def test_a_dataset_that_iterated_still_pickles_for_spawn_workers(packed):
     first = [s["key"] for s in ds]
     copy = pickle.loads(pickle.dumps(ds))
     assert [s["key"] for s in copy] == first
+
+
+def test_a_state_saved_before_the_resumed_epoch_runs_keeps_the_resume_point(packed):
+    before, saved = run_world(packed, 2, 2, 5)
+    ds = CorgiPileDataset(packed, rank=0, world_size=3)
+    ds.load_state_dict(saved)
+    again = CorgiPileDataset(packed, rank=0, world_size=3)
+    again.load_state_dict(json.loads(json.dumps(ds.state_dict())))  # checkpointed again before any step
+    assert [s["key"] for s in again] == [s["key"] for s in ds]

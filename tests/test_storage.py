@@ -19,7 +19,8 @@ from conftest import require_nginx
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest
 from corgi_io.atomic import atomic_output, write_atomic
-from corgi_io.storage import FsspecStorage, LocalStorage, StorageError, backoff_delay, open_storage
+from corgi_io.remote_storage import FsspecStorage, backoff_delay
+from corgi_io.storage import LocalStorage, StorageError, open_storage
 from http_server import NginxServer, free_port
 
 DATA = random.Random(0).randbytes(300_000)

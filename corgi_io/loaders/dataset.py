@@ -15,8 +15,8 @@ import torch
 
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
-from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, assign_ranks, block_order, block_pieces, buffer_plan,
-                               check_mode, fit_cost, samples_per_rank, split_workers)
+from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSpec, block_order, block_pieces,
+                               buffer_plan, check_mode, fit_cost, rank_plan, samples_per_rank, worker_share)
 from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
                                       skip_consumed, worker_state)
 from corgi_io.errors import CorruptDataError, ResumeError, plain_message
@@ -82,6 +82,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
+        self._rank_cache = None  # (epoch key, this rank's pieces): planned once per rank and epoch
+        self._fingerprint = None  # of the pack, for resume states
         self._resume = None      # a merged saved state, applied by the next iteration of its epoch
         self._progress = None    # (epoch, finished segments, world, workers, worker, yielded) of this process
 
@@ -135,57 +137,77 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                 warnings.warn("balance='dynamic' has no process group or no measured steps yet; "
                               "using static size balance this epoch", stacklevel=2)
         self._shared_epoch.publish(self.epoch, self.cost_model)
+        self.rank_pieces()  # plan this rank once, here: workers started after this inherit it
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (the same on every rank)."""
         return samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
 
-    def worker_pieces(self, worker: int, num_workers: int, table=None, world_size=None, rank=None):
-        """The pieces one DataLoader worker of a rank (this one by default) reads this epoch.
+    def _spec(self, world_size: int | None = None, balance: str | None = None) -> EpochSpec:
+        """The options this epoch's plan is a function of (this world by default)."""
+        window = int(self.buffer_blocks * self.manifest.blocks.count.mean()) if len(self.manifest.blocks) else 1
+        if balance is None:
+            balance = self.balance if self.balance != "dynamic" or self.cost_model is not None else "size"
+        return EpochSpec(world_size or self.world_size, seed=self.seed, epoch=self.epoch, balance=balance,
+                         drop_last=self.drop_last, shuffle=self.shuffle, buffer_pieces=self.buffer_blocks,
+                         window_samples=max(1, window), batch_size=self.batch_size)
 
-        `table` (rows (block, start, stop)), when given, is a resume remainder: it is cut into
-        equal per-rank counts in its own order instead of the epoch's blocks.
+    def rank_pieces(self, table=None, world_size: int | None = None, rank: int | None = None) -> np.ndarray:
+        """A rank's pieces (this rank of this world by default) for the current epoch, computed once per epoch.
+
+        `table` (rows (block, start, stop)), when given, is a resume remainder: it is planned as
+        if each row were a block, count-balanced, and its rows map back to the pack's blocks.
         """
-        m, world_size = self.manifest, world_size or self.world_size
-        rank = self.rank if rank is None else rank
-        if table is not None:
-            ranks = assign_ranks(table[:, 1], table[:, 2] - table[:, 1], world_size, seed=self.seed,
-                                 epoch=self.epoch, drop_last=self.drop_last, shuffle_blocks=False)
-            pieces = split_workers(ranks[rank], num_workers)[worker]
-            return np.column_stack([table[pieces[:, 0], 0], pieces[:, 1:]]) if len(pieces) else pieces
-        balance = self.balance if self.balance != "dynamic" or self.cost_model is not None else "size"
-        ranks = assign_ranks(m.blocks.first, m.blocks.count, world_size, seed=self.seed, epoch=self.epoch,
-                             balance=balance, drop_last=self.drop_last,
-                             sizes=m.samples.size if balance != "count" else None, cost_model=self.cost_model,
-                             partitions=self.block_owner,
-                             shuffle_blocks=self._shuffles_blocks())
-        return split_workers(ranks[rank], num_workers)[worker]
+        world_size, rank = world_size or self.world_size, self.rank if rank is None else rank
+        key = (self.epoch, repr(self.cost_model), world_size, rank, None if table is None else table.tobytes())
+        if self._rank_cache is None or self._rank_cache[0] != key:
+            self._rank_cache = key, self._plan_rank(table, world_size, rank)
+        return self._rank_cache[1]
+
+    def _plan_rank(self, table, world_size: int, rank: int) -> np.ndarray:
+        m = self.manifest
+        if table is None:
+            blocks = BlockTable(m.blocks.first, m.blocks.count, m.blocks.size_sum, m.samples.size)
+            return rank_plan(blocks, self._spec(world_size), rank, cost_model=self.cost_model, owner=self.block_owner)
+        runs = BlockTable(table[:, 1], table[:, 2] - table[:, 1])
+        pieces = rank_plan(runs, self._spec(world_size, balance="count"), rank)
+        return np.column_stack([table[pieces[:, 0], 0], pieces[:, 1:]]) if len(pieces) else pieces
+
+    def worker_pieces(self, worker: int, num_workers: int, table=None, world_size=None, rank=None):
+        """The pieces one DataLoader worker of a rank reads this epoch (see `rank_pieces`)."""
+        return worker_share(self.rank_pieces(table, world_size, rank), num_workers, worker)
 
     def _shuffles_blocks(self) -> bool:
-        return self.shuffle not in ("none", "window")  # the baselines keep stored order
+        return self._spec().shuffle_blocks
 
     def plan(self, worker: int = 0, num_workers: int = 1, table=None, world_size=None, rank=None):
         """The buffer plan of one worker: (pieces to read, sample ids to yield) per buffer."""
-        m = self.manifest
-        window = int(self.buffer_blocks * m.blocks.count.mean()) if len(m.blocks) else 1
-        return buffer_plan(self.worker_pieces(worker, num_workers, table, world_size, rank), shuffle=self.shuffle,
-                           buffer_pieces=self.buffer_blocks, seed=self.seed, epoch=self.epoch,
-                           rank=self.rank if rank is None else rank, worker=worker, window_samples=max(1, window),
-                           sizes=m.samples.size, batch_size=self.batch_size)
+        rank = self.rank if rank is None else rank
+        return buffer_plan(self.worker_pieces(worker, num_workers, table, world_size, rank),
+                           sizes=self.manifest.samples.size, **self._spec(world_size).stream(rank, worker))
 
     # --- resume: state_dict / load_state_dict in the torchdata StatefulDataLoader convention -----------------
 
     def _identity(self) -> dict:
         """What a saved state must agree on to resume this dataset (the world size and workers may differ)."""
         m = self.manifest
-        return {"pack": pack_fingerprint(m.format, m.checksum, m.options, m.shards), "seed": self.seed,
+        if self._fingerprint is None:  # O(shards): once per dataset
+            self._fingerprint = pack_fingerprint(m.format, m.checksum, m.options, m.shards)
+        return {"pack": self._fingerprint, "seed": self.seed,
                 "shuffle": self.shuffle, "balance": self.balance, "drop_last": self.drop_last,
                 "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
                 "partitioned": self.block_owner is not None}
 
     def state_dict(self) -> dict:
         """This process's progress through the epoch as small JSON data (StatefulDataLoader collects it per worker)."""
-        epoch, finished, world, workers, worker, yielded = self._progress or (self.epoch, [], self.world_size, 1, 0, 0)
+        if self._resume is not None and self._progress is None:  # loaded, not yet resumed: save the same point
+            r = self._resume
+            return {"pending": [worker_state(self._identity(), r["epoch"], r["finished"], r["world_size"],
+                                             r["num_workers"], worker, count) for worker, count in r["yielded"].items()]}
+        if self._progress is None:  # not iterated yet in this process (a worker that has yielded nothing)
+            worker, workers = worker_and_count()
+            self._progress = (self.epoch, [], self.world_size, workers, worker, 0)
+        epoch, finished, world, workers, worker, yielded = self._progress
         return worker_state(self._identity(), epoch, finished, world, workers, worker, yielded)
 
     def load_state_dict(self, state: dict) -> None:
