@@ -40,7 +40,7 @@ def run_tfrecordwriter(files, out: Path):
 
 
 def run_corgi(source: Path, out: Path, workers: int):
-    from corgi_io.pack import PackOptions, pack
+    from corgi_io.packing import PackOptions, pack
 
     pack(source, out, PackOptions(format="wds"), workers=workers, overwrite=True, progress=False)
 

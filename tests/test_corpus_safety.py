@@ -19,8 +19,8 @@ from urllib.parse import unquote_to_bytes
 
 import pytest
 
-from corgi_io.block_encoder import Item, encode_block, read_regular_file
-from corgi_io.corpus import MAX_WARNINGS, discover, key_from_path
+from corgi_io.packing.encode import Item, encode_block, read_regular_file
+from corgi_io.packing.corpus import MAX_WARNINGS, discover, key_from_path
 from corgi_io.names import key_problem
 from corgi_io.errors import BadInput
 from corgi_io.formats import get_format
@@ -336,7 +336,7 @@ def test_corpus_warnings_are_capped_with_a_count(tmp_path, capsys):
 
 
 def test_cli_choices_come_from_the_one_list():
-    from corgi_io import layout
+    from corgi_io.packing import layout
     from corgi_io.cli.pack import pack_command
     from corgi_io.manifest import FORMATS, KINDS
 

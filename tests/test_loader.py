@@ -20,9 +20,9 @@ import torch
 from PIL import Image
 
 from corgi_io.block_reader import BlockReader
-from corgi_io.corpus import discover
+from corgi_io.packing.corpus import discover
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.pack import PackOptions, pack
+from corgi_io.packing import PackOptions, pack
 from corgi_io.schedule import block_order, block_pieces, piece_samples
 from corgi_io import CorruptDataError, StorageError
 from corpus_factory import make_image_corpus, make_mixed_corpus, write_text

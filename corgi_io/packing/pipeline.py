@@ -19,17 +19,17 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from corgi_io import layout
-from corgi_io.corpus import Corpus, discover
+from corgi_io.packing import layout
+from corgi_io.packing.corpus import Corpus, discover
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
 from corgi_io.manifest import KINDS, MANIFEST_VERSION, open_manifest, save_manifest
-from corgi_io.block_encoder import Item, encode_block
+from corgi_io.packing.encode import Item, encode_block
 from corgi_io.checksum import DEFAULT_CHECKSUM
-from corgi_io.pack_output import finish_output, open_partial, prepare_output
-from corgi_io.shard_writer import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished, naming
-from corgi_io.sizing import load_size_fn
-from corgi_io.worker_pool import worker_pool
+from corgi_io.packing.output import finish_output, open_partial, prepare_output
+from corgi_io.packing.shard_file import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished, naming
+from corgi_io.packing.sizing import load_size_fn
+from corgi_io.packing.worker_pool import worker_pool
 
 BLOCKS_AHEAD = 3    # blocks in flight per worker: memory stays near workers * 3 * block bytes
 

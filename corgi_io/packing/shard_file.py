@@ -14,7 +14,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corgi_io.block_encoder import EncodedBlock
+from corgi_io.packing.encode import EncodedBlock
 from corgi_io.atomic import temp_name, write_atomic
 
 COLUMNS = ("position", "block", "offset", "length", "data_offset", "size", "checksum")

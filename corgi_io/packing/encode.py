@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
-from corgi_io.corpus import not_regular_reason, printable
+from corgi_io.packing.corpus import not_regular_reason, printable
 from corgi_io.formats import get_format
 from corgi_io.errors import BadInput
-from corgi_io.sizing import load_size_fn, probe_size
+from corgi_io.packing.sizing import load_size_fn, probe_size
 
 
 class Item(NamedTuple):
