@@ -1,38 +1,35 @@
-"""Walking a raw corpus: which files, of which kind, with which label and key.
+"""The corpus: every file to pack, as compact numpy columns in walk order, built from a streaming walk.
 
-SOURCE is a folder tree (ImageFolder convention: the first folder under the root is the
-class) or a listing file (CSV or JSONL with ``path`` and optional ``label`` and ``key``).
-The walk is sorted, so the same tree always gives the same corpus.  Only ``stat`` is
-called here; file contents are read later, in parallel, by the pack pipeline.
+The walk (walk.py) is consumed a chunk of `CHUNK` entries at a time.  Each chunk is turned into
+numpy columns and its names and keys are spooled to an unnamed file (strings.py), so once a chunk
+has passed no Python object is left per file: the driver keeps 28 bytes per file (byte count,
+key length, kind, extension, label, string offset, a flag), whatever the corpus holds.  Only
+``stat`` is called here; file contents are read later, by the pack's tasks.
 
 Every input gets an outcome: it is packed, or it is skipped with a one-line warning on
 stderr and a record in the manifest.  Some skips follow a rule (hidden files and folders,
 unknown extensions, symlinked folders, labels outside the label index); the others are
 problems (a missing or unreadable file, something that is not a regular file, a listing
 row whose key breaks the key rule), and `strict` turns the first problem into a CorpusError.
-
-The key rule (docs/format.md): a key is a relative POSIX path with no empty, '.' or '..'
-components, no control characters, and valid UTF-8.  A listing's keys must obey it as
-written; a folder's file names are escaped into keys that obey it (see `key_from_path`).
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import os
-import re
 import stat
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
+from tqdm import tqdm
 
 from corgi_io.errors import CorpusError
-from corgi_io.names import CONTROL_CHARACTERS as _CONTROL, key_problem
 from corgi_io.manifest import KINDS
+from corgi_io.packing import keys as key_rules
+from corgi_io.packing.strings import SpooledStrings, decode
+from corgi_io.packing.walk import (escaped_extension, extension, key_from_path, printable, read_listing,
+                                   walk_folder)
 
 EXTENSIONS = {
     "image": {"jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"},
@@ -42,223 +39,97 @@ EXTENSIONS = {
 KIND_OF_EXTENSION = {ext: kind for kind, exts in EXTENSIONS.items() for ext in exts}
 LISTING_SUFFIXES = {".csv", ".jsonl"}
 MAX_WARNINGS = 20  # skipped inputs warned one line each; the rest are counted in one line
-
-_UNDECODABLE = "\udc80-\udcff"  # the bytes of a file name that are not UTF-8, as os.fsdecode gives them
-_ESCAPED_IN_FOLDER = re.compile(f"[%{_CONTROL}{_UNDECODABLE}]")
-_ESCAPED_IN_LAST = re.compile(f"[.%{_CONTROL}{_UNDECODABLE}]")
-_UNPRINTABLE = re.compile(f"[{_CONTROL}\ud800-\udfff]")
+CHUNK = 8192       # entries turned into columns at a time
+MAX_EXTENSIONS = int(np.iinfo(np.uint16).max) + 1  # the manifest's extension column is uint16
 _FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+_NUMERIC = {"nbytes": np.int64, "key_bytes": np.uint32, "kind": np.uint8, "ext": np.uint16, "label": np.int32,
+            "key_hash": np.int64}
 
 
 @dataclass
 class Corpus:
-    """The files to pack, as parallel columns in a deterministic order."""
+    """The files to pack in walk order: numpy columns, with each file's raw name and key in `strings`."""
 
-    paths: list = field(default_factory=list)      # where each file is read from (absolute for a folder walk)
-    relpaths: list = field(default_factory=list)   # printable name: the path in the folder, or as the listing wrote it
-    exts: list = field(default_factory=list)       # lower-case, escaped extension: the tar member suffix
-    kinds: list = field(default_factory=list)      # index into KINDS
-    label_names: list = field(default_factory=list)  # per file: class name, or None
-    keys: list = field(default_factory=list)
-    nbytes: list = field(default_factory=list)
-    mtimes: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)    # {"path", "reason"}
-    labels: list = field(default_factory=list)     # the label index: id -> name
+    base: str                  # folder that raw names are relative to (an absolute raw name stands alone)
+    strings: SpooledStrings    # per file: raw name (as the folder or listing has it), NUL, key
+    nbytes: np.ndarray         # int64: payload bytes, from stat
+    key_bytes: np.ndarray      # uint32: UTF-8 bytes of the key
+    kind: np.ndarray           # uint8: index into KINDS
+    ext: np.ndarray            # uint16: index into `extensions`, the tar member suffix
+    label: np.ndarray          # int32: index into `labels`, -1 when unlabeled
+    suffixed: np.ndarray       # bool: the key keeps the file's extension (two files share a stem)
+    extensions: list           # lower-case, escaped extensions, sorted
+    labels: list               # the label index: id -> name
+    skipped: list              # {"path", "reason"}
+    fingerprint: str           # digest of names, sizes and mtimes: a resumed pack must see the same corpus
 
     def __len__(self):
-        return len(self.paths)
+        return len(self.nbytes)
 
-    def label_ids(self) -> np.ndarray:
-        """Per-file label id into `labels`, -1 for unlabeled files."""
-        index = {name: i for i, name in enumerate(self.labels)}
-        return np.array([index.get(name, -1) if name is not None else -1 for name in self.label_names], dtype=np.int32)
+    def names_and_keys(self, indices) -> tuple:
+        """(raw names, keys) of the files at `indices`, in that order."""
+        names, keys = [], []
+        for index, record in zip(np.asarray(indices).tolist(), self.strings.take(indices)):
+            raw, _, key = decode(record).partition("\0")
+            names.append(raw)
+            keys.append(key + key_rules.suffix(raw) if self.suffixed[index] else key)
+        return names, keys
 
-    def fingerprint(self) -> str:
-        """A digest of the file list with sizes and mtimes: a resumed pack must see the same corpus."""
-        digest = hashlib.sha256()
-        for rel, size, mtime in zip(self.relpaths, self.nbytes, self.mtimes):
-            digest.update(f"{rel}\0{size}\0{mtime}\n".encode("utf-8"))
-        return digest.hexdigest()
+    def files(self):
+        """(path to read, printable name, key) of every file in walk order."""
+        for start in range(0, len(self), CHUNK):
+            names, keys = self.names_and_keys(np.arange(start, min(start + CHUNK, len(self))))
+            yield from ((os.path.join(self.base, name), printable(name), key) for name, key in zip(names, keys))
 
-
-class _Entry(NamedTuple):
-    """One input found by a walk or a listing, before its kind and stat are known."""
-
-    path: str             # where its bytes are read from
-    name: str             # printable name for messages and the manifest
-    stem: str             # the key before `key_from_path`: the path without its extension, or a listing's key
-    label: str | None
-    line: int | None      # the listing line, None in a folder walk
+    def close(self) -> None:
+        """Delete the spooled names (they are gone anyway when the process ends)."""
+        self.strings.close()
 
 
-def discover(source, kind: str = "auto", label_index=None, strict: bool = False) -> Corpus:
-    """Walk SOURCE (folder or listing file) into a Corpus.
+def discover(source, kind: str = "auto", label_index=None, strict: bool = False, *, spool_dir=None,
+             progress=None) -> Corpus:
+    """Walk SOURCE (folder or listing file) into a Corpus, a chunk at a time.
 
     `kind` forces every file to one kind instead of detecting it by extension.
     `label_index`, a list of class names, fixes the label ids; files of other classes are skipped.
     Skipped inputs are warned on stderr and recorded in `Corpus.skipped`; with `strict`, an input
     that should have been packed but cannot be (see the module docstring) raises CorpusError.
+    Names are spooled to an unnamed file in `spool_dir`; `progress(files)` is told of each chunk.
     """
     source = Path(source)
-    if not source.exists():
-        raise CorpusError(f"{source}: no such file or directory")
-    corpus = Corpus()
-    skip = _Skips(corpus, source, strict)
-    if source.is_dir():
-        entries = _walk_folder(os.path.abspath(source), skip)
-    elif source.suffix.lower() in LISTING_SUFFIXES:
-        entries = _read_listing(source, skip)
+    is_folder = check_source(source)
+    builder = _Builder(source, kind, label_index, strict, SpooledStrings(spool_dir))
+    if is_folder:
+        base, entries = os.path.abspath(source), walk_folder(os.path.abspath(source), builder.skip)
     else:
-        raise CorpusError(f"{source}: not a folder, and not a .csv or .jsonl listing")
+        base, entries = os.path.abspath(source.parent), read_listing(source, builder.skip)
     try:
         for entry in entries:
-            _add(corpus, entry, kind, skip)
-        if not corpus.paths:
-            first = f", first: {corpus.skipped[0]['path']}: {corpus.skipped[0]['reason']}" if corpus.skipped else ""
-            raise CorpusError(f"{source}: the corpus is empty ({len(corpus.skipped)} skipped{first})")
-        _assign_labels(corpus, label_index, skip)
-        _make_keys_unique(corpus, source)
+            builder.add(entry)
+            if len(builder.pending) >= CHUNK:
+                _report(progress, builder.flush())
+        _report(progress, builder.flush())
+        return builder.finish(base)
+    except BaseException:
+        builder.strings.close()
+        raise
     finally:
-        skip.summarise()
-    return corpus
+        builder.summarise()
 
 
-class _Skips:
-    """Where skipped inputs go: a record in the corpus, a warning on stderr (the first MAX_WARNINGS),
-    and, for a problem under `strict`, a CorpusError instead."""
-
-    def __init__(self, corpus: Corpus, source: Path, strict: bool):
-        self.corpus, self.source, self.strict = corpus, source, strict
-
-    def __call__(self, name: str, reason: str, *, line: int | None = None, problem: bool = False) -> None:
-        where = f"line {line}: " if line is not None else ""
-        if problem and self.strict:
-            raise CorpusError(f"{self.source}: {where}{name}: {reason}")
-        self.corpus.skipped.append({"path": name, "reason": where + reason})
-        if len(self.corpus.skipped) <= MAX_WARNINGS:
-            _warn(f"skipped {name}: {where}{reason}")
-
-    def summarise(self) -> None:
-        unshown = len(self.corpus.skipped) - MAX_WARNINGS
-        if unshown > 0:
-            _warn(f"skipped {unshown} more inputs, not shown; a finished pack lists every skipped input "
-                  "with its reason under 'skipped' in manifest.json")
+def check_source(source: Path) -> bool:
+    """True for a folder, False for a listing file; CorpusError for anything else (before any work)."""
+    if not source.exists():
+        raise CorpusError(f"{source}: no such file or directory")
+    if not source.is_dir() and source.suffix.lower() not in LISTING_SUFFIXES:
+        raise CorpusError(f"{source}: not a folder, and not a .csv or .jsonl listing")
+    return source.is_dir()
 
 
-def _warn(message: str) -> None:
-    print(f"corgi pack: warning: {message}", file=sys.stderr)
-
-
-def _walk_folder(top: str, skip):
-    """Entries of the files under `top`, depth first in sorted order, as os.walk would give them.
-
-    Hidden folders are not entered, and a symlink to a folder is not followed (so a symlink
-    loop cannot hang the walk); each is recorded as skipped.  Symlinks to files are entries.
-    """
-    stack = [""]
-    while stack:
-        prefix = stack.pop()
-        label = printable(prefix.split("/", 1)[0]) or None
-        try:
-            with os.scandir(os.path.join(top, prefix)) as listing:
-                children = sorted(listing, key=lambda child: child.name)
-        except OSError as exc:
-            skip(printable(prefix or "."), f"cannot list folder: {exc.strerror}", problem=True)
-            continue
-        folders = []
-        for child in children:
-            rel = prefix + child.name
-            if child.is_dir(follow_symlinks=False):
-                if child.name.startswith("."):
-                    skip(printable(rel) + "/", "hidden folder")
-                else:
-                    folders.append(rel + "/")
-            elif child.is_symlink() and os.path.isdir(child.path):  # isdir: False for a loop
-                skip(printable(rel), "symlink to a folder (not followed)")
-            else:
-                yield _Entry(child.path, printable(rel), _without_extension(rel), label, None)
-        stack.extend(reversed(folders))
-
-
-def _read_listing(listing: Path, skip):
-    """Entries of a listing's rows; a row whose key breaks the key rule is skipped as a problem.
-
-    A relative `path` is read from the listing's folder, an absolute one from where it points.
-    Without a `key`, the key is the path without its extension, leading '/' and its empty and
-    '.' components dropped; a '..' left in it breaks the rule (give such a row a `key`).
-    """
-    for line, row in _listing_rows(listing):
-        path, key = row["path"], row.get("key") or None
-        stem = key if key is not None else _without_extension("/".join(
-            part for part in path.split("/") if part not in ("", ".")))
-        problem = key_problem(stem)
-        if problem:
-            skip(printable(path), f"key '{printable(stem)}' {problem}", line=line, problem=True)
-            continue
-        label = row.get("label")
-        label = printable(str(label)) if label not in (None, "") else None
-        yield _Entry(os.path.join(listing.parent, path), printable(path), stem, label, line)
-
-
-def _listing_rows(listing: Path):
-    """(line, row dict) per row of a CSV or JSONL listing; a malformed listing raises CorpusError."""
-    is_csv, line = listing.suffix.lower() == ".csv", 0
-    try:
-        with open(listing, newline="", encoding="utf-8") as f:
-            if is_csv:
-                reader = csv.DictReader(f)
-                rows = [(reader.line_num, row) for row in reader]
-            else:
-                rows = []
-                for line, text in enumerate(f, start=1):
-                    if text.strip():
-                        rows.append((line, json.loads(text)))
-    except json.JSONDecodeError as exc:
-        raise CorpusError(f"{listing}: line {line}: not JSON ({exc.msg})") from None
-    except UnicodeDecodeError:
-        raise CorpusError(f"{listing}: not UTF-8 text") from None
-    except csv.Error as exc:
-        raise CorpusError(f"{listing}: not CSV ({exc})") from None
-    for line, row in rows:
-        if not isinstance(row, dict) or not row.get("path"):
-            raise CorpusError(f"{listing}: line {line} has no 'path'")
-        for column in ("path", "key"):
-            if row.get(column) is not None and not isinstance(row[column], str):
-                raise CorpusError(f"{listing}: line {line}: '{column}' is not a string")
-        yield line, row
-
-
-def _add(corpus: Corpus, entry: _Entry, kind: str, skip) -> None:
-    """Stat one entry and append it to the corpus columns, or record why it is skipped."""
-    filename = os.path.basename(entry.path)
-    ext = _extension(filename)
-    if filename.startswith("."):
-        skip(entry.name, "hidden file", line=entry.line)
-        return
-    file_kind = kind if kind != "auto" else KIND_OF_EXTENSION.get(ext)
-    if file_kind is None:
-        skip(entry.name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
-        return
-    try:
-        info = os.stat(entry.path)
-    except OSError as exc:
-        skip(entry.name, f"cannot stat: {exc.strerror}", line=entry.line, problem=True)
-        return
-    except ValueError as exc:  # a NUL or a lone surrogate in a listing's path
-        skip(entry.name, f"not a usable path ({exc})", line=entry.line, problem=True)
-        return
-    if not stat.S_ISREG(info.st_mode):
-        skip(entry.name, not_regular_reason(info.st_mode), line=entry.line, problem=True)
-        return
-    corpus.paths.append(entry.path)
-    corpus.relpaths.append(entry.name)
-    corpus.exts.append(_ESCAPED_IN_LAST.sub(_percent_escape, ext) or "bin")
-    corpus.kinds.append(KINDS.index(file_kind))
-    corpus.label_names.append(entry.label)
-    corpus.keys.append(key_from_path(entry.stem))
-    corpus.nbytes.append(info.st_size)
-    corpus.mtimes.append(info.st_mtime_ns)
+def _report(progress, files: int) -> None:
+    if progress is not None:
+        progress(files)
 
 
 def not_regular_reason(mode: int) -> str:
@@ -267,81 +138,130 @@ def not_regular_reason(mode: int) -> str:
     return f"not a regular file ({what})"
 
 
-def key_from_path(stem: str) -> str:
-    """The key of a '/'-separated path without its extension; it obeys the key rule if `stem` has no empty,
-    '.' or '..' components, and webdataset reads it back whole.
+class _Builder:
+    """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
 
-    In every component '%', control characters and bytes that are not UTF-8 are percent-escaped
-    (their bytes as %XX); in the last component '.' is too, since webdataset splits a member name
-    at the first dot of its base name.  The mapping is injective: distinct paths keep distinct keys.
-    """
-    folders, slash, last = stem.rpartition("/")
-    return _ESCAPED_IN_FOLDER.sub(_percent_escape, folders) + slash + _ESCAPED_IN_LAST.sub(_percent_escape, last)
+    def __init__(self, source: Path, kind: str, label_index, strict: bool, strings: SpooledStrings):
+        self.source, self.kind, self.strict, self.strings = source, kind, strict, strings
+        self.fixed_labels = label_index is not None
+        self.label_ids = {name: i for i, name in enumerate(label_index or ())}  # name -> id (provisional if not fixed)
+        self.ext_ids, self.skipped, self.label_skips = {}, [], 0
+        self.pending, self.records, self.lines = [], [], []
+        self.chunks = {name: [] for name in _NUMERIC}
+        self.digest = hashlib.sha256()
+
+    def skip(self, name: str, reason: str, *, line: int | None = None, problem: bool = False) -> None:
+        """Record a skipped input and warn (the first MAX_WARNINGS); under `strict` a problem raises instead."""
+        where = f"line {line}: " if line is not None else ""
+        if problem and self.strict:
+            raise CorpusError(f"{self.source}: {where}{name}: {reason}")
+        self.skipped.append({"path": name, "reason": where + reason})
+        if len(self.skipped) <= MAX_WARNINGS:
+            warn(f"skipped {name}: {where}{reason}")
+
+    def summarise(self) -> None:
+        unshown = len(self.skipped) - MAX_WARNINGS
+        if unshown > 0:
+            warn(f"skipped {unshown} more inputs, not shown; a finished pack lists every skipped input "
+                 "with its reason under 'skipped' in manifest.json")
+
+    def add(self, entry) -> None:
+        """Stat one entry and queue its values, or record why it is skipped."""
+        filename = entry.path.rsplit("/", 1)[-1]
+        ext = extension(filename)
+        name = printable(entry.raw)
+        if filename.startswith("."):
+            return self.skip(name, "hidden file", line=entry.line)
+        file_kind = self.kind if self.kind != "auto" else KIND_OF_EXTENSION.get(ext)
+        if file_kind is None:
+            return self.skip(name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
+        try:
+            info = os.stat(entry.path)
+        except OSError as exc:
+            return self.skip(name, f"cannot stat: {exc.strerror}", line=entry.line, problem=True)
+        except ValueError as exc:  # a NUL or a lone surrogate in a listing's path
+            return self.skip(name, f"not a usable path ({exc})", line=entry.line, problem=True)
+        if not stat.S_ISREG(info.st_mode):
+            return self.skip(name, not_regular_reason(info.st_mode), line=entry.line, problem=True)
+        label = self._label_id(entry.label, name, entry.line)
+        if label is None:
+            return None
+        key = key_from_path(entry.stem)
+        ext_id = self.ext_ids.setdefault(escaped_extension(ext) or "bin", len(self.ext_ids))
+        self.records.append(f"{entry.raw}\0{key}")
+        self.lines.append(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\n")
+        self.pending.append((info.st_size, len(key.encode("utf-8")), KINDS.index(file_kind), ext_id, label, hash(key)))
+        return None
+
+    def _label_id(self, label, name: str, line):
+        """The (provisional) id of `label`, -1 without one; None when it is outside a fixed label index (skipped)."""
+        if label is None:
+            return -1
+        if not self.fixed_labels:
+            return self.label_ids.setdefault(label, len(self.label_ids))
+        found = self.label_ids.get(label)
+        if found is None:
+            self.label_skips += 1
+            self.skip(name, f"label '{label}' not in the label index", line=line)
+        return found
+
+    def flush(self) -> int:
+        """Turn the queued values into one chunk of each column; returns how many files it held."""
+        count = len(self.pending)
+        if count:
+            for name, column in zip(_NUMERIC, zip(*self.pending)):
+                self.chunks[name].append(np.array(column, dtype=_NUMERIC[name]))
+            self.strings.extend(self.records)
+            self.digest.update("".join(self.lines).encode("utf-8"))
+            self.pending, self.records, self.lines = [], [], []
+        if len(self.ext_ids) > MAX_EXTENSIONS:
+            raise CorpusError(f"{self.source}: more than {MAX_EXTENSIONS} distinct extensions")
+        return count
+
+    def finish(self, base: str) -> Corpus:
+        """The Corpus: labels and extensions numbered in their final order, keys made unique."""
+        self.strings.seal()
+        if not len(self.strings):
+            if self.label_skips:
+                raise CorpusError("every file has a label outside the given label index")
+            first = f", first: {self.skipped[0]['path']}: {self.skipped[0]['reason']}" if self.skipped else ""
+            raise CorpusError(f"{self.source}: the corpus is empty ({len(self.skipped)} skipped{first})")
+        column = {name: self._concatenated(name) for name in ("key_hash", "nbytes", "key_bytes", "kind")}
+        extensions, column["ext"] = _renumbered(self.ext_ids, self._concatenated("ext"), sorted(self.ext_ids))
+        labels, column["label"] = self._labels(self._concatenated("label"))
+        corpus = Corpus(base, self.strings, column["nbytes"], column["key_bytes"], column["kind"], column["ext"],
+                        column["label"], np.zeros(len(self.strings), dtype=bool), extensions, labels, self.skipped,
+                        self.digest.hexdigest())
+        key_rules.make_unique(corpus, column.pop("key_hash"), self.source)
+        return corpus
+
+    def _concatenated(self, name: str) -> np.ndarray:
+        chunks, self.chunks[name] = self.chunks[name], None
+        return np.concatenate(chunks)
+
+    def _labels(self, provisional: np.ndarray) -> tuple:
+        """(label index, final ids): a given index as is; integer class names keep their own ids; else sorted."""
+        names = list(self.label_ids)
+        if self.fixed_labels:
+            return names, provisional
+        if names and all(name.isdigit() for name in names):
+            labels = [str(i) for i in range(max(int(name) for name in names) + 1)]
+            return labels, _relabelled(provisional, [int(name) for name in names])
+        return _renumbered(self.label_ids, provisional, sorted(names))
 
 
-def _percent_escape(match: re.Match) -> str:
-    return "".join(f"%{byte:02X}" for byte in match.group().encode("utf-8", "surrogateescape"))
+def _renumbered(ids: dict, column: np.ndarray, final: list) -> tuple:
+    """(final names, column with provisional ids -> ids into `final`)."""
+    position = {name: i for i, name in enumerate(final)}
+    return final, _relabelled(column, [position[name] for name in ids])
 
 
-def printable(name: str) -> str:
-    """`name` for messages and the manifest: control characters and bytes that are not UTF-8 as backslash escapes."""
-    return _UNPRINTABLE.sub(_backslash_escape, name)
+def _relabelled(column: np.ndarray, new_ids: list) -> np.ndarray:
+    """`column` with each provisional id i replaced by new_ids[i]; -1 (unlabeled) stays -1."""
+    lookup = np.array([*new_ids, -1]).astype(column.dtype)  # index -1 picks the appended -1
+    return lookup[column]
 
 
-def _backslash_escape(match: re.Match) -> str:
-    char = match.group()
-    if "\udc80" <= char <= "\udcff":  # an undecodable byte of a file name
-        return f"\\x{ord(char) - 0xdc00:02x}"
-    return repr(char)[1:-1]
-
-
-def _extension(filename: str) -> str:
-    """The lower-case extension of a file name; '' when it has none (a hidden file's leading dot is not one)."""
-    stem, dot, ext = filename.rpartition(".")
-    return ext.lower() if dot and stem else ""
-
-
-def _without_extension(path: str) -> str:
-    ext = _extension(path.rsplit("/", 1)[-1])
-    return path[: -len(ext) - 1] if ext else path
-
-
-def _assign_labels(corpus: Corpus, label_index, skip) -> None:
-    names = {n for n in corpus.label_names if n is not None}
-    if label_index is not None:
-        corpus.labels = list(label_index)
-        unknown = [i for i, n in enumerate(corpus.label_names) if n is not None and n not in set(label_index)]
-        for i in unknown:
-            skip(corpus.relpaths[i], f"label '{corpus.label_names[i]}' not in the label index")
-        for i in reversed(unknown):
-            _drop(corpus, i)
-        if not corpus.paths:
-            raise CorpusError("every file has a label outside the given label index")
-    elif names and all(n.isdigit() for n in names):  # integer labels keep their own ids
-        corpus.labels = [str(i) for i in range(max(int(n) for n in names) + 1)]
-        corpus.label_names = [str(int(n)) if n is not None else None for n in corpus.label_names]
-    else:
-        corpus.labels = sorted(names)
-
-
-def _drop(corpus: Corpus, index: int) -> None:
-    for column in ("paths", "relpaths", "exts", "kinds", "label_names", "keys", "nbytes", "mtimes"):
-        del getattr(corpus, column)[index]
-
-
-def _make_keys_unique(corpus: Corpus, source: Path) -> None:
-    """Files that share a key (photo.JPG beside photo.png) keep their escaped extension, case and all, in the key."""
-    seen = {}
-    for i, key in enumerate(corpus.keys):
-        seen.setdefault(key, []).append(i)
-    for key, indices in seen.items():
-        if len(indices) > 1:
-            for i in indices:
-                ext = os.path.basename(corpus.paths[i]).rsplit(".", 1)[-1]
-                corpus.keys[i] = key + "%2E" + _ESCAPED_IN_LAST.sub(_percent_escape, ext)
-    first_with = {}
-    for i, key in enumerate(corpus.keys):
-        if key in first_with:
-            raise CorpusError(f"{source}: two inputs have the same key '{key}' "
-                              f"({corpus.relpaths[first_with[key]]}, {corpus.relpaths[i]})")
-        first_with[key] = i
+def warn(message: str) -> None:
+    """A one-line warning on stderr that does not break a progress bar."""
+    tqdm.write(f"corgi pack: warning: {message}", file=sys.stderr)

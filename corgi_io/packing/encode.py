@@ -1,50 +1,48 @@
-"""The worker side of `corgi pack`: read the files of one planned block, probe sizes, encode records.
+"""The worker side of `corgi pack`: one task writes one whole shard, straight into OUTPUT.
 
-A block's bytes do not depend on where the block lands in its shard (neither tar
-headers nor TFRecord framing hold offsets), so blocks are encoded in parallel worker
-processes and the parent only appends them in order.  A worker process spills its block
-to a file that the parent appends with an in-kernel copy: sending the bytes back through
-the process pool's pipe cost as much as encoding them (bench/pack.py, 38 MB: +55 ms).
+A `ShardTask` is a few numbers and paths: the task reads its samples' rows from the pack-order
+table (table.py), then for each block reads the files, probes their sizes, encodes the records,
+and appends them to the shard, which it fsyncs, records and renames into place (shard_file.py).
+It returns only a `ShardDone`.  The same function runs in this process, in a local process pool,
+or on any worker that sees OUTPUT (a shared file system), so the bytes never depend on where.
 """
 from __future__ import annotations
 
+import array
 import os
 import stat
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
+from pathlib import Path
 
 from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
-from corgi_io.packing.corpus import not_regular_reason, printable
+from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
-from corgi_io.errors import BadInput
+from corgi_io.manifest import KINDS
+from corgi_io.packing import executors
+from corgi_io.packing.corpus import not_regular_reason
+from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
+from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sizing import load_size_fn, probe_size
+from corgi_io.packing.table import Table, read_rows
+from corgi_io.packing.walk import printable
+
+ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
 
 
-class Item(NamedTuple):
-    """One file to pack: its place in the packing order and what goes into its record."""
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to write; small enough to send anywhere (no per-sample data)."""
 
-    position: int
-    path: str
-    kind: str
-    key: str
-    ext: str
-    label: int
-
-
-@dataclass
-class EncodedBlock:
-    """Record bytes of one block plus per-sample columns; offsets are relative to the block start."""
-
-    data: bytes = b""
-    spill_path: str | None = None  # set instead of `data` when the block was spilled to a file
-    position: list = field(default_factory=list)
-    offset: list = field(default_factory=list)
-    length: list = field(default_factory=list)
-    data_offset: list = field(default_factory=list)
-    size: list = field(default_factory=list)
-    checksum: list = field(default_factory=list)  # running DEFAULT_CHECKSUM of the block's records (checksum.py)
-    skipped: list = field(default_factory=list)  # (position, path, reason)
-    payload_bytes: int = 0
+    shard: int
+    path: str             # the shard's final path in OUTPUT
+    record: str           # its record in .corgi-partial/
+    table: Table          # the pack-order table its rows are read from
+    blocks: tuple         # the first position of each of its blocks, then its stop position
+    base: str             # folder that sample names are relative to
+    extensions: tuple     # extension id -> member suffix
+    format: str
+    size_fn: str | None
+    strict: bool
 
 
 def read_regular_file(path: str) -> bytes:
@@ -62,39 +60,86 @@ def read_regular_file(path: str) -> bytes:
         return f.read()
 
 
-def encode_block(format_name: str, size_fn_spec, items, spill_path: str | None = None) -> EncodedBlock:
-    """Read, probe and encode `items` in order; unreadable or corrupt files are listed in `skipped`.
+def write_shard(task: ShardTask) -> ShardDone:
+    """Read, probe and encode the samples of `task` in order, write them as one shard; unreadable or
+    corrupt files are skipped (listed in the result), or fail the task under `strict`."""
+    encoder = _BlockEncoder(task)
+    shard = ShardFile(encoder.fmt, task.path)
+    try:
+        with naming(task.path):
+            for first, stop, block_starts in _row_groups(task.blocks):
+                rows = read_rows(task.table, first, stop)
+                for block_first, block_stop in zip(block_starts, block_starts[1:]):
+                    shard.write(encoder.encode(rows, block_first, block_stop, shard.size))
+                executors.report(stop - first, encoder.reported_bytes())
+            done = ShardDone(task.shard, shard.size + len(encoder.fmt.TRAILER), len(encoder.columns["offset"]),
+                             encoder.payload_bytes, tuple(encoder.skipped))
+            return shard.finish(done, task.record, encoder.columns)
+    except BaseException:
+        shard.abort()
+        raise
 
-    With `spill_path`, the record bytes go to that file instead of `data`.
-    """
-    fmt, checksum = get_format(format_name), checksum_function(DEFAULT_CHECKSUM)
-    size_fn = load_size_fn(size_fn_spec) if size_fn_spec else None
-    block, parts, position, crc = EncodedBlock(), [], 0, 0  # crc runs through the block's records
-    for item in items:
+
+def _row_groups(blocks: tuple):
+    """(first, stop, block starts within) per run of whole blocks of at most ROWS_AT_ONCE rows (or one block)."""
+    start = 0
+    while start < len(blocks) - 1:
+        end = start + 1
+        while end < len(blocks) - 1 and blocks[end + 1] - blocks[start] <= ROWS_AT_ONCE:
+            end += 1
+        yield blocks[start], blocks[end], blocks[start:end + 1]
+        start = end
+
+
+class _BlockEncoder:
+    """Turns blocks of table rows into shard bytes, collecting the per-sample columns of the record."""
+
+    def __init__(self, task: ShardTask):
+        self.task, self.fmt = task, get_format(task.format)
+        self.checksum = checksum_function(DEFAULT_CHECKSUM)
+        self.size_fn = load_size_fn(task.size_fn) if task.size_fn else None
+        self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
+        self.skipped, self.payload_bytes, self._reported = [], 0, 0
+
+    def encode(self, rows, first: int, stop: int, shard_offset: int) -> bytes:
+        """The records of positions [first, stop) (one block) as bytes; offsets relative to the shard."""
+        task, columns, parts = self.task, self.columns, []
+        at, crc = shard_offset, 0  # crc runs through the block's records (checksum.py)
+        lo = first - rows.first
+        kinds, exts, labels = (column[lo:lo + stop - first].tolist() for column in (rows.kind, rows.ext, rows.label))
+        for i, (kind, ext, label) in enumerate(zip(kinds, exts, labels)):
+            path = os.path.join(task.base, rows.names[lo + i])
+            payload, size = self._read(path, KINDS[kind], rows.names[lo + i])
+            if payload is None:
+                continue
+            record, data_offset = self.fmt.encode(rows.keys[lo + i], task.extensions[ext], payload, label, size)
+            length = 0
+            for part in record:
+                crc = self.checksum(part, crc)
+                length += len(part)
+            parts += record
+            for name, value in (("position", first + i), ("offset", at), ("length", length),
+                                ("data_offset", at + data_offset), ("size", size), ("checksum", crc)):
+                columns[name].append(value)
+            at += length
+            self.payload_bytes += len(payload)
+        return b"".join(parts)
+
+    def _read(self, path: str, kind: str, name: str) -> tuple:
+        """(file bytes, size), or (None, None) for a file that is skipped."""
         try:
-            payload = read_regular_file(item.path)
-            size = probe_size(item.kind, item.path, payload, size_fn)
+            payload = read_regular_file(path)
+            return payload, probe_size(kind, path, payload, self.size_fn)
         except BadInput as exc:
-            block.skipped.append((item.position, printable(item.path), str(exc)))
-            continue
+            reason = str(exc)
         except OSError as exc:
-            block.skipped.append((item.position, printable(item.path), f"unreadable: {exc.strerror or exc}"))
-            continue
-        record, data_offset = fmt.encode(item.key, item.ext, payload, item.label, size)
-        length = 0
-        for part in record:
-            crc = checksum(part, crc)
-            length += len(part)
-        parts += record
-        for column, value in ((block.position, item.position), (block.offset, position), (block.length, length),
-                              (block.data_offset, position + data_offset), (block.size, size), (block.checksum, crc)):
-            column.append(value)
-        position += length
-        block.payload_bytes += len(payload)
-    if spill_path is None:
-        block.data = b"".join(parts)
-    else:
-        with open(spill_path, "wb") as spill:
-            spill.writelines(parts)
-        block.spill_path = spill_path
-    return block
+            reason = f"unreadable: {exc.strerror or exc}"
+        if self.task.strict:
+            raise PackError(f"{printable(path)}: {reason}")
+        self.skipped.append({"path": printable(name), "reason": reason})
+        return None, None
+
+    def reported_bytes(self) -> int:
+        """Payload bytes since the last call (for the progress display)."""
+        new, self._reported = self.payload_bytes - self._reported, self.payload_bytes
+        return new

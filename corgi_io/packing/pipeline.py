@@ -1,75 +1,63 @@
-"""The pack pipeline: corpus -> order -> layout -> parallel read and probe -> ordered shard writes -> manifest.
+"""`pack()`: walk -> plan -> execute -> manifest, with one progress line and resume after any kill.
 
-Worker processes read, probe and encode whole blocks; the parent appends them to the
-shards in the planned order, so the output is identical for any `workers`.  At most a
-few blocks per worker are in flight, so memory stays bounded however large the corpus.  Progress
-and resume state live in ``OUTPUT/.corgi-partial/`` until the manifest is written; a rerun after a
-kill at any moment resumes (see pack_output).  Worker processes die with the pack process.
+1. The walk streams SOURCE into compact columns (corpus.py), names spooled to an unnamed file.
+2. The plan (plan.py, pure) orders the files and cuts blocks and shards; shards finished by an
+   earlier run (their records in ``OUTPUT/.corgi-partial/``) are taken out of it.
+3. The driver writes the samples in pack order to a table in the partial folder (table.py) and
+   lets go of the corpus; each shard still to write becomes a `ShardTask` of a few numbers.
+4. An executor runs `encode.write_shard` over the tasks: each reads its files, encodes, writes and
+   fsyncs its whole shard into OUTPUT, saves its record and renames the shard into place.
+5. The manifest is built from the records and the table, a column at a time (columns.py), and
+   written last; then the partial folder goes.
+
+The driver therefore holds at most a few tens of bytes per file (numpy columns, never a Python
+object per file), whatever the corpus, and the shards do not depend on the executor or `workers`.
 """
 from __future__ import annotations
 
+import itertools
 import json
-import sys
 import time
-from collections import deque
-from dataclasses import asdict, dataclass
-from itertools import islice
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-from tqdm import tqdm
-
-from corgi_io.packing import layout
-from corgi_io.packing.corpus import Corpus, discover
+from corgi_io.atomic import temp_name
+from corgi_io.checksum import DEFAULT_CHECKSUM
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
-from corgi_io.manifest import KINDS, MANIFEST_VERSION, open_manifest, save_manifest
-from corgi_io.packing.encode import Item, encode_block
-from corgi_io.checksum import DEFAULT_CHECKSUM
-from corgi_io.packing.output import finish_output, open_partial, prepare_output
-from corgi_io.packing.shard_file import COLUMNS as SHARD_COLUMNS, ShardWriter, load_finished, naming
+from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
+from corgi_io.packing import layout
+from corgi_io.packing.columns import ManifestColumns
+from corgi_io.packing.corpus import check_source, discover
+from corgi_io.packing.encode import ShardTask, write_shard
+from corgi_io.packing.executors import LocalExecutor
+from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
+from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
+from corgi_io.packing.progress import PackProgress
+from corgi_io.packing.records import load_finished, record_path
 from corgi_io.packing.sizing import load_size_fn
-from corgi_io.packing.worker_pool import worker_pool
+from corgi_io.packing.table import Table, write_table
 
-BLOCKS_AHEAD = 3    # blocks in flight per worker: memory stays near workers * 3 * block bytes
-
-
-@dataclass(frozen=True)
-class PackOptions:
-    """Everything that decides the bytes of a pack; a resumed pack must match it exactly."""
-
-    format: str = "wds"
-    kind: str = "auto"
-    order: str = "shuffle"
-    seed: int = 0
-    block_samples: int = layout.DEFAULT_BLOCK_SAMPLES
-    block_bytes: int = layout.DEFAULT_BLOCK_BYTES
-    shard_bytes: int = layout.DEFAULT_SHARD_BYTES
-    size_fn: str | None = None
-    label_index: tuple | None = None
+__all__ = ["PackOptions", "pack"]
 
 
 def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
          overwrite: bool = False, progress: bool | None = None):
     """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
 
-    `progress=None` shows a bar only on a terminal.  Rerunning after an interruption resumes:
-    finished shards are kept, the rest rewritten.
+    `workers` processes write shards (1: this process).  `progress=None` shows the progress line
+    only on a terminal.  Rerunning after an interruption resumes: finished shards are kept, the
+    rest rewritten.
     """
     fmt = get_format(options.format)
     if options.order not in layout.ORDERS:
         raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
     if options.size_fn:
-        load_size_fn(options.size_fn)  # fail before any work, not in every worker
-    corpus = discover(source, options.kind, options.label_index, strict=strict)
+        load_size_fn(options.size_fn)  # fail before any work, not in every task
     output = Path(output)
-    identity = json.loads(json.dumps(dict(asdict(options), source=str(Path(source).resolve()), manifest_version=MANIFEST_VERSION,
-                                          corpus=corpus.fingerprint())))  # as it reads back from JSON
-    if prepare_output(output, identity, overwrite):
-        return open_manifest(output)
     try:
-        _write_pack(fmt, options, corpus, output, identity, workers=workers, strict=strict, progress=progress)
-        finish_output(output)
+        with PackProgress(progress) as display, LocalExecutor(workers) as executor:
+            _pack(Path(source), output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
     except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
         if exc.filename is None:
             raise
@@ -78,146 +66,74 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     return open_manifest(output)
 
 
-def _write_pack(fmt, options: PackOptions, corpus: Corpus, output: Path, identity: dict, *, workers: int,
-                strict: bool, progress) -> None:
-    """Lay the corpus out, write the shards that are not finished yet, then the manifest."""
-    partial = open_partial(output, identity)
-    order = np.random.default_rng(options.seed).permutation(len(corpus)) if options.order == "shuffle" \
-        else np.arange(len(corpus))
-    key_bytes = np.array([len(corpus.keys[i].encode()) for i in order], dtype=np.int64)
-    estimates = fmt.estimate_record_bytes(np.array(corpus.nbytes, dtype=np.int64)[order], key_bytes)
-    plan = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
-                              max(1, options.shard_bytes - len(fmt.TRAILER)))
-    labels = corpus.label_ids()
-
-    shard_names = [f"shard-{i:06d}{fmt.SUFFIX}" for i in range(len(plan.shard_starts))]
-    records = [load_finished(output / name, partial / f"{name}.json") for name in shard_names]
-    block_bounds, shard_blocks = plan.block_bounds(len(order)), plan.shard_bounds()
-    todo = [(shard, block) for shard, record in enumerate(records) if record is None
-            for block in range(shard_blocks[shard], shard_blocks[shard + 1])]
-
-    order_list, labels_list = order.tolist(), labels.tolist()
-    kinds = [KINDS[k] for k in corpus.kinds]
-
-    def items(block):
-        first, stop = int(block_bounds[block]), int(block_bounds[block + 1])
-        return [Item(q, corpus.paths[p], kinds[p], corpus.keys[p], corpus.exts[p], labels_list[p])
-                for q, p in zip(range(first, stop), order_list[first:stop])]
-
-    blocks = ((items(b), partial / f"block-{b}.spill") for _, b in todo)
-    encoded = _ordered_map(options.format, options.size_fn, blocks, workers)
-    total = int(sum(block_bounds[b + 1] - block_bounds[b] for _, b in todo))
-    with _Progress(total, progress) as bar:
-        for shard, record in _write_shards(fmt, output, partial, shard_names, todo, encoded, shard_blocks,
-                                           lambda position: corpus.relpaths[order_list[position]], strict, bar):
-            records[shard] = record
-    head = {"format": options.format, "options": identity, "labels": corpus.labels,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    _write_manifest(output, head, corpus, order, labels, shard_names, records)
-
-
-def _write_shards(fmt, output: Path, partial: Path, shard_names, todo, encoded, shard_blocks, relpath_of, strict, bar):
-    """Append the encoded blocks of `todo` to their shards in order; yields (shard, resume record) per finished shard.
-
-    A skipped file is a warning (or, with `strict`, a PackError); an unfinished shard's temporary file is removed.
-    """
-    writer = None
+def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
+          overwrite: bool) -> None:
+    check_source(source)
+    open_output(output, overwrite)
+    display.phase("walk", "file")
+    corpus = discover(source, options.kind, options.label_index, strict, spool_dir=output, progress=display.advance)
     try:
-        for (shard, block_index), block in zip(todo, encoded):
-            if writer is None:
-                writer = ShardWriter(fmt, output / shard_names[shard], partial / f"{shard_names[shard]}.json")
-            for position, path, reason in block.skipped:
-                if strict:
-                    raise PackError(f"{path}: {reason}")
-                bar.warn(f"skipped {path}: {reason}")
-                writer.skip(relpath_of(position), reason)
-            writer.add_block(block_index, block)
-            bar.advance(len(block.position) + len(block.skipped), block.payload_bytes)
-            if block_index + 1 == shard_blocks[shard + 1]:
-                yield shard, writer.finish()
-                writer = None
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        encoded.close()
-        raise
-
-
-def _write_manifest(output: Path, head: dict, corpus: Corpus, order, labels, shard_names, records) -> None:
-    columns = {name: np.concatenate([np.asarray(r[name], dtype=np.int64) for r in records])
-               for name in SHARD_COLUMNS}
-    source = order[columns["position"]]
-    extensions, ext_ids = np.unique(np.asarray(corpus.exts, dtype=str), return_inverse=True)
-    counts = [len(r["offset"]) for r in records]
-    shard = np.repeat(np.arange(len(records)), counts)
-    samples = dict(label=labels[source], kind=np.asarray(corpus.kinds)[source],
-                   bytes=np.asarray(corpus.nbytes, dtype=np.int64)[source], size=columns["size"], shard=shard,
-                   offset=columns["offset"], length=columns["length"], data_offset=columns["data_offset"],
-                   checksum=columns["checksum"], ext=ext_ids[source])
-    # a block is a run of written samples that share a planned block (skips may empty or shrink one)
-    first = np.flatnonzero(np.diff(columns["block"], prepend=-1) != 0) if len(source) else np.zeros(0, np.int64)
-    count = np.diff(np.append(first, len(source)))
-    last = first + count - 1
-    blocks = dict(shard=shard[first], offset=columns["offset"][first],
-                  length=columns["offset"][last] + columns["length"][last] - columns["offset"][first],
-                  first=first, count=count, size_sum=np.add.reduceat(columns["size"], first) if len(first) else first)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-    head["shards"] = [{"path": name, "bytes": r["bytes"], "first_sample": int(s), "samples": c}
-                      for name, r, s, c in zip(shard_names, records, starts, counts)]
-    head["extensions"], head["checksum"] = extensions.tolist() or [""], DEFAULT_CHECKSUM
-    head["skipped"] = corpus.skipped + [s for r in records for s in r["skipped"]]
-    save_manifest(output, head, samples, blocks, [corpus.keys[i] for i in source])
-
-
-def _ordered_map(format_name: str, size_fn_spec, blocks, workers: int):
-    """Encoded blocks in order, from (items, spill path) pairs.
-
-    With workers > 1 a process pool encodes them, spilling each block to its spill path,
-    with a bounded number of blocks in flight; with one worker they are encoded in memory.
-    On Linux the workers are forked (so that they are children of this process) and die with it.
-    """
-    if workers <= 1:
-        for items, _ in blocks:
-            yield encode_block(format_name, size_fn_spec, items)
-        return
-    pool = worker_pool(workers)
-    try:
-        def submit(items, spill_path):
-            return spill_path, pool.submit(encode_block, format_name, size_fn_spec, items, str(spill_path))
-
-        pending = deque(submit(*block) for block in islice(blocks, workers * BLOCKS_AHEAD))
-        while pending:
-            spill_path, future = pending.popleft()
-            with naming(spill_path):  # a worker that cannot write its spill (a full disk)
-                block = future.result()
-            for next_block in islice(blocks, 1):
-                pending.append(submit(*next_block))
-            yield block
+        identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
+                                              manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
+        if claim_output(output, identity, overwrite):
+            return
+        partial = open_partial(output, identity)
+        display.phase("plan", "sample", total=len(corpus))
+        plan = make_plan(corpus.nbytes, corpus.key_bytes, options, fmt)
+        finished = {shard: done for shard in range(plan.num_shards)
+                    if (done := load_finished(output / plan.shard_name(shard),
+                                              record_path(partial, plan.shard_name(shard)))) is not None}
+        plan = plan.without(finished)
+        table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
+        write_table(table, corpus, plan.order)
+        display.advance(len(corpus))
+        head = {"format": options.format, "options": identity, "labels": corpus.labels,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        tasks = _shard_tasks(plan, output, partial, table, corpus.base, tuple(corpus.extensions), options, strict)
+        extensions, skipped = corpus.extensions, corpus.skipped
     finally:
-        pool.shutdown(cancel_futures=True)
+        corpus.close()
+    del corpus  # the tasks read the table: nothing per file stays in the driver but the plan's order
+    records = _write_shards(executor, tasks, plan, finished, display)
+    display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
+    _write_manifest(output, head, plan, table, partial, records, extensions, skipped, display)
+    finish_output(output)
 
 
-class _Progress:
-    """A tqdm bar counting samples, with MB/s; silent off a terminal unless forced."""
+def _shard_tasks(plan: PackPlan, output: Path, partial: Path, table: Table, base: str, extensions: tuple,
+                 options: PackOptions, strict: bool):
+    """A ShardTask per shard still to write, made as the executor asks for them."""
+    for shard in plan.todo:
+        name = plan.shard_name(shard)
+        yield ShardTask(shard, str(output / name), str(record_path(partial, name)), table, plan.shard_blocks(shard),
+                        base, extensions, options.format, options.size_fn, strict)
 
-    def __init__(self, total: int, enabled):
-        self.bar = tqdm(total=total, unit="sample", unit_scale=True, desc="pack",
-                        disable=None if enabled is None else not enabled, dynamic_ncols=True)
-        self.bytes, self.start, self.shown = 0, time.perf_counter(), 0.0
 
-    def advance(self, samples: int, nbytes: int) -> None:
-        self.bytes += nbytes
-        self.bar.update(samples)
-        now = time.perf_counter()
-        if now - self.shown > 0.5:
-            self.shown = now
-            self.bar.set_postfix_str(f"{self.bytes / 1e6 / max(now - self.start, 1e-9):.1f} MB/s", refresh=False)
+def _write_shards(executor, tasks, plan: PackPlan, finished: dict, display) -> dict:
+    """Run the shard tasks; returns {shard: ShardDone} for every shard, finished earlier or now."""
+    display.phase("write", "sample", total=sum(_count(plan, shard) for shard in plan.todo))
+    records = dict(finished)
+    for done in executor.run(write_shard, tasks, display.advance):
+        records[done.shard] = done
+        display.skipped(done.skipped)
+    return records
 
-    def warn(self, message: str) -> None:
-        tqdm.write(f"corgi pack: warning: {message}", file=sys.stderr)
 
-    def __enter__(self):
-        return self
+def _count(plan: PackPlan, shard: int) -> int:
+    first, stop = plan.positions(shard)
+    return stop - first
 
-    def __exit__(self, *exc):
-        self.bar.close()
+
+def _write_manifest(output: Path, head: dict, plan: PackPlan, table: Table, partial: Path, records: dict,
+                    extensions: list, skipped: list, display) -> None:
+    """The manifest from the shards' records and the table, one column at a time."""
+    done = [records[shard] for shard in range(plan.num_shards)]
+    counts = [record.samples for record in done]
+    columns = ManifestColumns(plan, table, {shard: record_path(partial, plan.shard_name(shard))
+                                            for shard in range(plan.num_shards)}, counts)
+    starts = [0, *itertools.accumulate(counts)]
+    head["shards"] = [{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
+                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))]
+    head["extensions"], head["checksum"] = list(extensions) or [""], DEFAULT_CHECKSUM
+    head["skipped"] = skipped + [entry for record in done for entry in record.skipped]
+    save_manifest(output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys())
