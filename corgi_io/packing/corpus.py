@@ -1,10 +1,11 @@
 """The corpus: every file to pack, as compact numpy columns in walk order, built from a streaming walk.
 
-The walk (walk.py) is consumed a chunk of `CHUNK` entries at a time.  Each chunk is turned into
-numpy columns and its names and keys are spooled to an unnamed file (strings.py), so once a chunk
-has passed no Python object is left per file: the driver keeps 28 bytes per file (byte count,
-key length, kind, extension, label, string offset, a flag), whatever the corpus holds.  Only
-``stat`` is called here; file contents are read later, by the pack's tasks.
+The walk (walk.py) is consumed a chunk of `CHUNK` entries at a time.  Each chunk's values are
+spooled to unnamed files (spool.py) and read back as one numpy column each when the walk is done,
+so once a chunk has passed no Python object is left per file: the driver keeps 28 bytes per file
+(byte count, key length, kind, extension, label, string offset, a flag), whatever the corpus
+holds; names and keys stay on disk.  Only ``stat`` is called here; file contents are read later,
+by the pack's tasks.
 
 Every input gets an outcome: it is packed, or it is skipped with a one-line warning on
 stderr and a record in the manifest.  Some skips follow a rule (hidden files and folders,
@@ -27,7 +28,7 @@ from tqdm import tqdm
 from corgi_io.errors import CorpusError
 from corgi_io.manifest import KINDS
 from corgi_io.packing import keys as key_rules
-from corgi_io.packing.strings import SpooledStrings, decode
+from corgi_io.packing.spool import SpooledColumn, SpooledStrings, decode
 from corgi_io.packing.walk import (escaped_extension, extension, key_from_path, printable, read_listing,
                                    walk_folder)
 
@@ -99,7 +100,7 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
     """
     source = Path(source)
     is_folder = check_source(source)
-    builder = _Builder(source, kind, label_index, strict, SpooledStrings(spool_dir))
+    builder = _Builder(source, kind, label_index, strict, spool_dir)
     if is_folder:
         base, entries = os.path.abspath(source), walk_folder(os.path.abspath(source), builder.skip)
     else:
@@ -141,13 +142,14 @@ def not_regular_reason(mode: int) -> str:
 class _Builder:
     """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
 
-    def __init__(self, source: Path, kind: str, label_index, strict: bool, strings: SpooledStrings):
-        self.source, self.kind, self.strict, self.strings = source, kind, strict, strings
+    def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir):
+        self.source, self.kind, self.strict = source, kind, strict
+        self.strings = SpooledStrings(spool_dir)
+        self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
         self.fixed_labels = label_index is not None
         self.label_ids = {name: i for i, name in enumerate(label_index or ())}  # name -> id (provisional if not fixed)
         self.ext_ids, self.skipped, self.label_skips = {}, [], 0
         self.pending, self.records, self.lines = [], [], []
-        self.chunks = {name: [] for name in _NUMERIC}
         self.digest = hashlib.sha256()
 
     def skip(self, name: str, reason: str, *, line: int | None = None, problem: bool = False) -> None:
@@ -209,8 +211,8 @@ class _Builder:
         """Turn the queued values into one chunk of each column; returns how many files it held."""
         count = len(self.pending)
         if count:
-            for name, column in zip(_NUMERIC, zip(*self.pending)):
-                self.chunks[name].append(np.array(column, dtype=_NUMERIC[name]))
+            for name, values in zip(_NUMERIC, zip(*self.pending)):
+                self.columns[name].extend(values)
             self.strings.extend(self.records)
             self.digest.update("".join(self.lines).encode("utf-8"))
             self.pending, self.records, self.lines = [], [], []
@@ -226,18 +228,14 @@ class _Builder:
                 raise CorpusError("every file has a label outside the given label index")
             first = f", first: {self.skipped[0]['path']}: {self.skipped[0]['reason']}" if self.skipped else ""
             raise CorpusError(f"{self.source}: the corpus is empty ({len(self.skipped)} skipped{first})")
-        column = {name: self._concatenated(name) for name in ("key_hash", "nbytes", "key_bytes", "kind")}
-        extensions, column["ext"] = _renumbered(self.ext_ids, self._concatenated("ext"), sorted(self.ext_ids))
-        labels, column["label"] = self._labels(self._concatenated("label"))
+        column = {name: self.columns[name].read() for name in ("key_hash", "nbytes", "key_bytes", "kind")}
+        extensions, column["ext"] = _renumbered(self.ext_ids, self.columns["ext"].read(), sorted(self.ext_ids))
+        labels, column["label"] = self._labels(self.columns["label"].read())
         corpus = Corpus(base, self.strings, column["nbytes"], column["key_bytes"], column["kind"], column["ext"],
                         column["label"], np.zeros(len(self.strings), dtype=bool), extensions, labels, self.skipped,
                         self.digest.hexdigest())
         key_rules.make_unique(corpus, column.pop("key_hash"), self.source)
         return corpus
-
-    def _concatenated(self, name: str) -> np.ndarray:
-        chunks, self.chunks[name] = self.chunks[name], None
-        return np.concatenate(chunks)
 
     def _labels(self, provisional: np.ndarray) -> tuple:
         """(label index, final ids): a given index as is; integer class names keep their own ids; else sorted."""

@@ -86,6 +86,7 @@ def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, displ
         plan = plan.without(finished)
         table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
         write_table(table, corpus, plan.order)
+        plan = plan.staged()
         display.advance(len(corpus))
         head = {"format": options.format, "options": identity, "labels": corpus.labels,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -93,7 +94,7 @@ def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, displ
         extensions, skipped = corpus.extensions, corpus.skipped
     finally:
         corpus.close()
-    del corpus  # the tasks read the table: nothing per file stays in the driver but the plan's order
+    del corpus  # the tasks read the table: nothing per file stays in the driver
     records = _write_shards(executor, tasks, plan, finished, display)
     display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     _write_manifest(output, head, plan, table, partial, records, extensions, skipped, display)

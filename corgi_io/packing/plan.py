@@ -13,7 +13,7 @@ import numpy as np
 
 from corgi_io.packing import layout
 
-ESTIMATE_CHUNK = 1 << 20  # samples whose record sizes are estimated at a time (bounded temporaries)
+ESTIMATE_CHUNK = 1 << 16  # samples whose record sizes are estimated at a time (bounded temporaries)
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,12 @@ class PackPlan:
     """Which file goes where.  Positions count samples in pack order; shard j holds blocks
     [shard_starts[j], shard_starts[j + 1]) and block i holds positions [block_starts[i], block_starts[i + 1])."""
 
-    order: np.ndarray          # int64, per position: the file's index in walk order
+    order: np.ndarray | None   # int64, per position: the file's index in walk order (None once `staged`)
     block_starts: np.ndarray   # int64, per block: its first position
     shard_starts: np.ndarray   # int64, per shard: its first block
     suffix: str                # the shard file suffix (".tar", ".tfrecord")
     todo: tuple                # shards still to write, ascending
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.order)
+    num_samples: int
 
     @property
     def num_shards(self) -> int:
@@ -69,6 +66,10 @@ class PackPlan:
         finished = set(finished)
         return replace(self, todo=tuple(shard for shard in self.todo if shard not in finished))
 
+    def staged(self) -> "PackPlan":
+        """The plan once its order is in the pack-order table: the same layout without the 8 bytes per file."""
+        return replace(self, order=None)
+
 
 def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, fmt) -> PackPlan:
     """Order the files (seeded permutation, or walk order), then cut blocks and shards from each record's
@@ -83,4 +84,5 @@ def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, f
             nbytes[files], key_bytes[files].astype(np.int64))
     cuts = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
                               max(1, options.shard_bytes - len(fmt.TRAILER)))
-    return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, tuple(range(len(cuts.shard_starts))))
+    return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, tuple(range(len(cuts.shard_starts))),
+                    count)

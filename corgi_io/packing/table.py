@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corgi_io.packing.strings import decode, encode
+from corgi_io.packing.spool import decode, encode
 
 ROW = np.dtype([("kind", "u1"), ("ext", "<u2"), ("label", "<i4"), ("nbytes", "<i8"), ("strings", "<i8"),
                 ("name_bytes", "<u4"), ("key_bytes", "<u4")])
-WRITE_CHUNK = 1 << 16   # rows gathered and written at a time
-WINDOW = 1 << 16        # rows read at a time when building manifest columns
+WRITE_CHUNK = 1 << 13   # rows gathered and written at a time (bounds the Python objects alive)
+WINDOW = 1 << 13         # rows read at a time when building manifest columns (bounds temporaries)
 
 
 @dataclass(frozen=True)
