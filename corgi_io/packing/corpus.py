@@ -38,6 +38,7 @@ EXTENSIONS = {
     "text": {"txt", "md", "json", "jsonl"},
 }
 KIND_OF_EXTENSION = {ext: kind for kind, exts in EXTENSIONS.items() for ext in exts}
+KIND_ID = {kind: i for i, kind in enumerate(KINDS)}
 LISTING_SUFFIXES = {".csv", ".jsonl"}
 MAX_WARNINGS = 20  # skipped inputs warned one line each; the rest are counted in one line
 CHUNK = 8192       # entries turned into columns at a time
@@ -148,7 +149,8 @@ class _Builder:
         self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
         self.fixed_labels = label_index is not None
         self.label_ids = {name: i for i, name in enumerate(label_index or ())}  # name -> id (provisional if not fixed)
-        self.ext_ids, self.skipped, self.label_skips = {}, [], 0
+        self.ext_ids, self.skipped, self.label_skips = {}, [], 0  # ext_ids: escaped extension -> provisional id
+        self.ext_of_raw = {}  # lower-case extension -> provisional id (escaped once per extension)
         self.pending, self.records, self.lines = [], [], []
         self.digest = hashlib.sha256()
 
@@ -189,10 +191,13 @@ class _Builder:
         if label is None:
             return None
         key = key_from_path(entry.stem)
-        ext_id = self.ext_ids.setdefault(escaped_extension(ext) or "bin", len(self.ext_ids))
+        ext_id = self.ext_of_raw.get(ext)
+        if ext_id is None:
+            ext_id = self.ext_of_raw[ext] = self.ext_ids.setdefault(escaped_extension(ext) or "bin", len(self.ext_ids))
         self.records.append(f"{entry.raw}\0{key}")
         self.lines.append(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\n")
-        self.pending.append((info.st_size, len(key.encode("utf-8")), KINDS.index(file_kind), ext_id, label, hash(key)))
+        key_bytes = len(key) if key.isascii() else len(key.encode("utf-8"))
+        self.pending.append((info.st_size, key_bytes, KIND_ID[file_kind], ext_id, label, hash(key)))
         return None
 
     def _label_id(self, label, name: str, line):

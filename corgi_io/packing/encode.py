@@ -53,11 +53,17 @@ def read_regular_file(path: str) -> bytes:
     descriptor decides, so nothing but a regular file is ever read (O_NONBLOCK does not affect those).
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    with open(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BadInput(not_regular_reason(mode))
-        return f.read()
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(not_regular_reason(info.st_mode))
+        chunks, want = [], info.st_size + 1  # all of it at once, unless it grew since fstat
+        while chunk := os.read(fd, want):
+            chunks.append(chunk)
+            want = 1 << 20
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def write_shard(task: ShardTask) -> ShardDone:
@@ -70,7 +76,7 @@ def write_shard(task: ShardTask) -> ShardDone:
             for first, stop, block_starts in _row_groups(task.blocks):
                 rows = read_rows(task.table, first, stop)
                 for block_first, block_stop in zip(block_starts, block_starts[1:]):
-                    shard.write(encoder.encode(rows, block_first, block_stop, shard.size))
+                    shard.write(*encoder.encode(rows, block_first, block_stop, shard.size))
                 executors.report(stop - first, encoder.reported_bytes())
             done = ShardDone(task.shard, shard.size + len(encoder.fmt.TRAILER), len(encoder.columns["offset"]),
                              encoder.payload_bytes, tuple(encoder.skipped))
@@ -101,29 +107,33 @@ class _BlockEncoder:
         self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
 
-    def encode(self, rows, first: int, stop: int, shard_offset: int) -> bytes:
-        """The records of positions [first, stop) (one block) as bytes; offsets relative to the shard."""
-        task, columns, parts = self.task, self.columns, []
-        at, crc = shard_offset, 0  # crc runs through the block's records (checksum.py)
-        lo = first - rows.first
-        kinds, exts, labels = (column[lo:lo + stop - first].tolist() for column in (rows.kind, rows.ext, rows.label))
-        for i, (kind, ext, label) in enumerate(zip(kinds, exts, labels)):
-            path = os.path.join(task.base, rows.names[lo + i])
-            payload, size = self._read(path, KINDS[kind], rows.names[lo + i])
+    def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
+        """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
+        fmt, checksum, extensions, prefix = self.fmt, self.checksum, self.task.extensions, self.task.base + "/"
+        add = {name: column.append for name, column in self.columns.items()}
+        parts, at, crc, lo, hi = [], shard_offset, 0, first - rows.first, stop - rows.first
+        columns = (rows.kind[lo:hi].tolist(), rows.ext[lo:hi].tolist(), rows.label[lo:hi].tolist(), rows.names[lo:hi],
+                   rows.keys[lo:hi])
+        for position, kind, ext, label, name, key in zip(range(first, stop), *columns):
+            path = name if name.startswith("/") else prefix + name  # os.path.join, without its cost per file
+            payload, size = self._read(path, KINDS[kind], name)
             if payload is None:
                 continue
-            record, data_offset = self.fmt.encode(rows.keys[lo + i], task.extensions[ext], payload, label, size)
+            record, data_offset = fmt.encode(key, extensions[ext], payload, label, size)
             length = 0
             for part in record:
-                crc = self.checksum(part, crc)
+                crc = checksum(part, crc)
                 length += len(part)
             parts += record
-            for name, value in (("position", first + i), ("offset", at), ("length", length),
-                                ("data_offset", at + data_offset), ("size", size), ("checksum", crc)):
-                columns[name].append(value)
+            add["position"](position)
+            add["offset"](at)
+            add["length"](length)
+            add["data_offset"](at + data_offset)
+            add["size"](size)
+            add["checksum"](crc)
             at += length
             self.payload_bytes += len(payload)
-        return b"".join(parts)
+        return parts, at - shard_offset
 
     def _read(self, path: str, kind: str, name: str) -> tuple:
         """(file bytes, size), or (None, None) for a file that is skipped."""

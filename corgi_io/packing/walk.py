@@ -132,6 +132,8 @@ def key_from_path(stem: str) -> str:
     at the first dot of its base name.  The mapping is injective: distinct paths keep distinct keys.
     """
     folders, slash, last = stem.rpartition("/")
+    if stem.isascii() and stem.isprintable() and "%" not in stem and "." not in last:
+        return stem  # nothing to escape (the common case, without two regular expressions)
     return _ESCAPED_IN_FOLDER.sub(_percent_escape, folders) + slash + _ESCAPED_IN_LAST.sub(_percent_escape, last)
 
 
@@ -146,6 +148,8 @@ def _percent_escape(match: re.Match) -> str:
 
 def printable(name: str) -> str:
     """`name` for messages and the manifest: control characters and bytes that are not UTF-8 as backslash escapes."""
+    if name.isascii() and name.isprintable():
+        return name
     return _UNPRINTABLE.sub(_backslash_escape, name)
 
 
