@@ -137,7 +137,7 @@ def main():
     torch.set_num_threads(1)
     start = time.perf_counter()
 
-    from corgi_io.pack import PackOptions, pack
+    from corgi_io import PackOptions, pack
 
     listing, x_test, y_test = make_classification_corpus(args.workdir / "corpus", args.n, args.n_test, args.classes,
                                                          args.dim, args.separation, args.data_seed)

@@ -107,7 +107,7 @@ def tfrecord_shuffle(root, buffer_samples):
 
 
 def pack_both(corpus: Path, out: Path, block_samples: int) -> dict:
-    from corgi_io.pack import PackOptions, pack
+    from corgi_io import PackOptions, pack
 
     roots = {}
     for fmt in ("wds", "tfrecord"):

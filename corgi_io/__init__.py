@@ -9,7 +9,7 @@ The torch-free public face; the loaders live in `corgi_io.loaders` (the only par
 from corgi_io.errors import (BadInput, CorgiError, CorpusError, CorruptDataError, FormatError, ManifestError,
                              PackError, ResumeError, StorageError)
 from corgi_io.manifest import Manifest, open_manifest
-from corgi_io.pack import PackOptions, pack
+from corgi_io.packing import PackOptions, pack
 from corgi_io.verify import verify
 
 __all__ = ["BadInput", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "Manifest", "ManifestError",

@@ -153,7 +153,9 @@ class Manifest:
 
 
 def encode_keys(keys) -> tuple:
-    """Pack a sequence of str keys into (uint8 blob, int64 offsets of length n+1)."""
+    """Pack a sequence of str keys into (uint8 blob, int64 offsets of length n+1); a packed pair passes through."""
+    if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(part, np.ndarray) for part in keys):
+        return keys
     encoded = [k.encode("utf-8") for k in keys]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(e) for e in encoded], out=offsets[1:])

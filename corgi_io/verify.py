@@ -25,7 +25,7 @@ from corgi_io.checksum import mismatched_records
 from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest
-from corgi_io.worker_pool import worker_pool
+from corgi_io.packing.worker_pool import worker_pool
 from corgi_io.storage import open_storage
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corgi_io.schedule import block_pieces, buffer_plan, piece_samples
 from corgi_io import CorruptDataError, StorageError
 from corgi_io.storage import LocalStorage

@@ -19,8 +19,9 @@ from urllib.parse import unquote_to_bytes
 
 import pytest
 
-from corgi_io.block_encoder import Item, encode_block, read_regular_file
-from corgi_io.corpus import MAX_WARNINGS, discover, key_from_path
+from corgi_io.packing.encode import read_regular_file
+from corgi_io.packing.corpus import MAX_WARNINGS, discover
+from corgi_io.packing.walk import key_from_path
 from corgi_io.names import key_problem
 from corgi_io.errors import BadInput
 from corgi_io.formats import get_format
@@ -152,6 +153,7 @@ def test_missing_and_non_regular_listing_rows_are_warned_and_fatal_when_strict(t
     ("list.csv", b"path\n\xff.txt\n", ("not UTF-8",)),
 ])
 def test_malformed_listing_is_a_one_line_error(tmp_path, corgi, name, content, words):
+    write_text(tmp_path / "a.txt", 3)  # listings stream: rows before the bad line are walked (and must exist)
     (tmp_path / name).write_bytes(content)
     result = corgi("pack", tmp_path / name, tmp_path / "out")
     assert result.exit_code == 1
@@ -289,16 +291,31 @@ def _within(seconds, function, *args):
     return outcome
 
 
-def test_a_fifo_swapped_in_after_the_walk_is_never_read(tmp_path):
+def test_a_fifo_swapped_in_after_the_walk_is_never_read(tmp_path, corgi, monkeypatch):
     """The worker's own check: O_NONBLOCK open, then fstat, so neither a FIFO nor a device is read."""
     os.mkfifo(tmp_path / "swapped.jpg")
     outcome = _within(HANG_TIMEOUT_S, read_regular_file, str(tmp_path / "swapped.jpg"))
     assert isinstance(outcome.get("error"), BadInput) and "FIFO" in str(outcome["error"])
     with pytest.raises(BadInput, match="character device"):
         read_regular_file("/dev/zero")
-    items = [Item(0, str(tmp_path / "swapped.jpg"), "image", "swapped", "jpg", -1)]
-    block = _within(HANG_TIMEOUT_S, encode_block, "wds", None, items)["value"]
-    assert block.position == [] and block.skipped == [(0, str(tmp_path / "swapped.jpg"), "not a regular file (a FIFO)")]
+    # a whole pack whose file is swapped for a FIFO between the walk and the shard task
+    src = tmp_path / "src"
+    write_image(src / "a" / "ok.png", 8, 8)
+    write_image(src / "a" / "swapped.png", 8, 8)
+    out = tmp_path / "out"
+    from corgi_io.packing import pipeline
+
+    def swap_after_walk(*args, **kwargs):
+        found = discover(*args, **kwargs)
+        (src / "a" / "swapped.png").unlink()
+        os.mkfifo(src / "a" / "swapped.png")
+        return found
+
+    monkeypatch.setattr(pipeline, "discover", swap_after_walk)
+    outcome = _within(HANG_TIMEOUT_S, corgi, "pack", src, out, "--workers", "1")
+    assert outcome["value"].exit_code == 0, outcome
+    m = open_manifest(out)
+    assert m.keys() == ["a/ok"] and m.skipped == [{"path": "a/swapped.png", "reason": "not a regular file (a FIFO)"}]
 
 
 # --- plain reasons, capped warnings ----------------------------------------------------------
@@ -336,7 +353,7 @@ def test_corpus_warnings_are_capped_with_a_count(tmp_path, capsys):
 
 
 def test_cli_choices_come_from_the_one_list():
-    from corgi_io import layout
+    from corgi_io.packing import layout
     from corgi_io.cli.pack import pack_command
     from corgi_io.manifest import FORMATS, KINDS
 

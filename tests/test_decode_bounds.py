@@ -11,7 +11,7 @@ from PIL import Image
 
 from corgi_io import CorruptDataError
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 
 
 def png_claiming(width: int, height: int) -> bytes:

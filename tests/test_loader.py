@@ -20,9 +20,9 @@ import torch
 from PIL import Image
 
 from corgi_io.block_reader import BlockReader
-from corgi_io.corpus import discover
+from corgi_io.packing.corpus import discover
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corgi_io.schedule import block_order, block_pieces, piece_samples
 from corgi_io import CorruptDataError, StorageError
 from corpus_factory import make_image_corpus, make_mixed_corpus, write_text
@@ -41,10 +41,10 @@ class Original(NamedTuple):
 
 def originals_of(root: Path, expected: dict) -> dict:
     """key -> Original, keys as the pack assigns them (corpus discovery), facts from the factory."""
-    corpus = discover(root)
-    assert sorted(corpus.relpaths) == sorted(expected)
+    files = list(discover(root).files())
+    assert sorted(rel for _, rel, _ in files) == sorted(expected)
     return {key: Original(Path(path).read_bytes(), expected[rel].label_name, expected[rel].size, path)
-            for key, rel, path in zip(corpus.keys, corpus.relpaths, corpus.paths)}
+            for path, rel, key in files}
 
 
 @pytest.fixture(scope="module")
@@ -413,8 +413,7 @@ def text_pack(tmp_path_factory):
         write_text(root / ("news", "poems")[i % 2] / f"doc{i:02d}.txt", 1 + 7 * i, seed=i)
     out = tmp_path_factory.mktemp("text-pack") / "pack"
     pack(root, out, PackOptions(format="wds", block_samples=4), workers=1, overwrite=True, progress=False)
-    corpus = discover(root)
-    return out, {k: Path(p).read_text(encoding="utf-8") for k, p in zip(corpus.keys, corpus.paths)}
+    return out, {key: Path(path).read_text(encoding="utf-8") for path, _, key in discover(root).files()}
 
 
 def source_rgb(path) -> np.ndarray:

@@ -11,7 +11,7 @@ import torch
 
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io.manifest import open_manifest
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corgi_io import CorruptDataError, StorageError
 from corgi_io.remote_storage import FsspecStorage
 from corpus_factory import make_image_corpus, write_text

@@ -19,7 +19,7 @@ import pytest
 
 from corgi_io import CorruptDataError, StorageError
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corpus_factory import write_text
 
 MUTATIONS_PER_FORMAT = 300

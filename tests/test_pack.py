@@ -441,7 +441,7 @@ def test_non_empty_foreign_output_refused(mixed_corpus, corgi, tmp_path):
 
 
 def test_python_api_pack_returns_manifest(mixed_corpus, tmp_path):
-    from corgi_io.pack import PackOptions, pack
+    from corgi_io import PackOptions, pack
 
     root, expected = mixed_corpus
     m = pack(root, tmp_path / "out", PackOptions(format="tfrecord", order="keep", block_samples=5), workers=1)

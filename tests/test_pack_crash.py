@@ -347,7 +347,7 @@ def test_workers_die_with_the_pack(corpus, slow_size_fn, tmp_path):
 @pytest.mark.parametrize("orphaned", [False, True])
 def test_worker_initializer_exits_when_already_orphaned(orphaned):
     """A parent that died before prctl took effect: the worker sees another parent pid and exits."""
-    from corgi_io.worker_pool import die_with_parent
+    from corgi_io.packing.worker_pool import die_with_parent
 
     parent = os.getpid() + (12345 if orphaned else 0)
     pid = os.fork()
@@ -402,9 +402,9 @@ def pack_fails_then_resumes(corgi, case: Case, out: Path, options, failed, messa
     return kept
 
 
-@pytest.mark.parametrize("workers, written", [(1, "shard-000007.tar"), (2, ".corgi-partial/block-20.spill")])
+@pytest.mark.parametrize("workers, written", [(1, "shard-000007.tar"), (2, "shard-000007.tar")])
 def test_shard_write_error_is_one_line_and_rerun_resumes(disk_corpus, corgi, tmp_path, workers, written):
-    """The big file's shard (or, with workers, its spilled block) grows past RLIMIT_FSIZE."""
+    """The big file's shard grows past RLIMIT_FSIZE (written by this process, or by a worker process)."""
     sizes = sorted(p.stat().st_size for p in disk_corpus.reference.glob("shard-*"))
     out = tmp_path / "out"
     failed = subprocess.run(pack_command(disk_corpus.root, out, workers, "--order", "keep"), capture_output=True,

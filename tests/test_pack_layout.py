@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corgi_io.layout import greedy_cuts, plan_layout
+from corgi_io.packing.layout import greedy_cuts, plan_layout
 from corgi_io.manifest import open_manifest
 
 sizes = st.lists(st.integers(min_value=0, max_value=5000), max_size=200)

@@ -16,7 +16,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import ResumeError
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corgi_io.schedule import block_pieces, buffer_plan, piece_samples
 from corgi_io.schedule.resume import remainder_pieces, skip_consumed
 from corpus_factory import write_text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from corgi_io.manifest import open_manifest
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corpus_factory import make_mixed_corpus
 
 HERE = Path(__file__).resolve().parent

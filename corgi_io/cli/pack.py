@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from corgi_io import layout
+from corgi_io.packing import layout
 from corgi_io.cli.errors import one_line_errors
 from corgi_io.manifest import FORMATS, KINDS
 
@@ -56,7 +56,7 @@ class ByteSize(click.ParamType):
 def pack_command(source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
                  workers, size_fn, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
-    from corgi_io.pack import PackOptions, pack
+    from corgi_io.packing import PackOptions, pack
     from corgi_io.stats import counted
 
     label_index = None

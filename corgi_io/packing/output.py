@@ -1,7 +1,9 @@
 """The OUTPUT folder of `corgi pack`, in whatever state a run killed at any moment left it.
 
-A pack writes, in order: the partial folder ``.corgi-partial/`` with its plan (made under a
-temporary name and renamed, so it appears whole), the shards (each under a temporary name,
+A pack checks OUTPUT before its walk (`open_output`) and against its identity after it
+(`claim_output`).  It then writes, in order: the partial folder ``.corgi-partial/`` with its plan
+(made under a temporary name and renamed, so it appears whole), the pack-order table inside it
+(under temporary names: every run writes its own), the shards (each under a temporary name,
 renamed when complete, after its resume record), the manifest (head last), and then removes
 the partial folder.  So OUTPUT is always in one of four states:
 
@@ -33,25 +35,28 @@ def pack_files(output: Path) -> list:
     return manifest + sorted(output.glob(SHARD_PATTERN))
 
 
-def prepare_output(output: Path, identity: dict, overwrite: bool) -> bool:
-    """Check OUTPUT against this pack's identity and clear what killed runs left; True when it is finished.
+def open_output(output: Path, overwrite: bool) -> None:
+    """Before the walk: refuse a foreign OUTPUT (unless `overwrite`), clear what killed runs left, create it."""
+    if not overwrite and _recorded_identity(output) is None and _foreign_entries(output):
+        raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
+    _remove(_leftovers(output, (output / HEAD_NAME).exists()))
+    output.mkdir(parents=True, exist_ok=True)
 
-    Raises PackError for a foreign OUTPUT, or one holding a pack with other options, unless
-    `overwrite`, which first removes the pack there (other files stay).
+
+def claim_output(output: Path, identity: dict, overwrite: bool) -> bool:
+    """After the walk: check OUTPUT against this pack's identity; True when it already holds this pack, finished.
+
+    Raises PackError for a pack with other options there, unless `overwrite`, which first removes
+    that pack (other files stay).
     """
     if overwrite:
         _remove(pack_files(output) + [output / PARTIAL_DIR])
     recorded = _recorded_identity(output)
-    if recorded is None and not overwrite and _foreign_entries(output):
-        raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
     if recorded is not None and recorded != identity:
         changed = sorted(k for k in identity.keys() | recorded.keys() if identity.get(k) != recorded.get(k))
         raise PackError(f"{output}: holds a pack made with different {', '.join(changed)}; "
                         "pass --overwrite to replace it")
-    finished = (output / HEAD_NAME).exists()
-    _remove(_leftovers(output, finished))
-    output.mkdir(parents=True, exist_ok=True)
-    return finished
+    return (output / HEAD_NAME).exists()
 
 
 def open_partial(output: Path, identity: dict) -> Path:
@@ -103,7 +108,7 @@ def _leftovers(output: Path, finished: bool) -> list:
     """What killed runs left in OUTPUT that no pack needs.
 
     Temporary files and folders of any writer (in OUTPUT and in the manifest's folders, if it has
-    any); inside the partial folder of a pack to resume, its temporary files and block spills; the
+    any); inside the partial folder of a pack to resume, its temporary files (a table included); the
     partial folder itself once the pack is finished, or when it holds no plan and nothing but
     temporary files (a run killed while creating it, by versions that did not create it whole).
     """
@@ -112,7 +117,7 @@ def _leftovers(output: Path, finished: bool) -> list:
     found = [path for folder in folders if folder.is_dir() for path in folder.glob(pattern)]
     if not partial.is_dir() or partial.is_symlink():
         return found
-    inside = [*partial.glob(pattern), *partial.glob("*.spill")]
+    inside = list(partial.glob(pattern))
     if (partial / PLAN_NAME).exists() and not finished:
         return found + inside
     if finished or set(partial.iterdir()) <= set(inside):

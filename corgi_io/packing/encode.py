@@ -1,0 +1,155 @@
+"""The worker side of `corgi pack`: one task writes one whole shard, straight into OUTPUT.
+
+A `ShardTask` is a few numbers and paths: the task reads its samples' rows from the pack-order
+table (table.py), then for each block reads the files, probes their sizes, encodes the records,
+and appends them to the shard, which it fsyncs, records and renames into place (shard_file.py).
+It returns only a `ShardDone`.  The same function runs in this process, in a local process pool,
+or on any worker that sees OUTPUT (a shared file system), so the bytes never depend on where.
+"""
+from __future__ import annotations
+
+import array
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
+from corgi_io.errors import BadInput, PackError
+from corgi_io.formats import get_format
+from corgi_io.manifest import KINDS
+from corgi_io.packing import executors
+from corgi_io.packing.corpus import not_regular_reason
+from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
+from corgi_io.packing.shard_file import ShardFile, naming
+from corgi_io.packing.sizing import load_size_fn, probe_size
+from corgi_io.packing.table import Table, read_rows
+from corgi_io.packing.walk import printable
+
+ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to write; small enough to send anywhere (no per-sample data)."""
+
+    shard: int
+    path: str             # the shard's final path in OUTPUT
+    record: str           # its record in .corgi-partial/
+    table: Table          # the pack-order table its rows are read from
+    blocks: tuple         # the first position of each of its blocks, then its stop position
+    base: str             # folder that sample names are relative to
+    extensions: tuple     # extension id -> member suffix
+    format: str
+    size_fn: str | None
+    strict: bool
+
+
+def read_regular_file(path: str) -> bytes:
+    """The bytes of the regular file at `path`; anything else raises BadInput without being read.
+
+    The walk already kept only regular files, but the path may have been swapped since: opened
+    with O_NONBLOCK, a FIFO without a writer cannot block the open, and fstat on the open
+    descriptor decides, so nothing but a regular file is ever read (O_NONBLOCK does not affect those).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(not_regular_reason(info.st_mode))
+        chunks, want = [], info.st_size + 1  # all of it at once, unless it grew since fstat
+        while chunk := os.read(fd, want):
+            chunks.append(chunk)
+            want = 1 << 20
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_shard(task: ShardTask) -> ShardDone:
+    """Read, probe and encode the samples of `task` in order, write them as one shard; unreadable or
+    corrupt files are skipped (listed in the result), or fail the task under `strict`."""
+    encoder = _BlockEncoder(task)
+    shard = ShardFile(encoder.fmt, task.path)
+    try:
+        with naming(task.path):
+            for first, stop, block_starts in _row_groups(task.blocks):
+                rows = read_rows(task.table, first, stop)
+                for block_first, block_stop in zip(block_starts, block_starts[1:]):
+                    shard.write(*encoder.encode(rows, block_first, block_stop, shard.size))
+                executors.report(stop - first, encoder.reported_bytes())
+            done = ShardDone(task.shard, shard.size + len(encoder.fmt.TRAILER), len(encoder.columns["offset"]),
+                             encoder.payload_bytes, tuple(encoder.skipped))
+            return shard.finish(done, task.record, encoder.columns)
+    except BaseException:
+        shard.abort()
+        raise
+
+
+def _row_groups(blocks: tuple):
+    """(first, stop, block starts within) per run of whole blocks of at most ROWS_AT_ONCE rows (or one block)."""
+    start = 0
+    while start < len(blocks) - 1:
+        end = start + 1
+        while end < len(blocks) - 1 and blocks[end + 1] - blocks[start] <= ROWS_AT_ONCE:
+            end += 1
+        yield blocks[start], blocks[end], blocks[start:end + 1]
+        start = end
+
+
+class _BlockEncoder:
+    """Turns blocks of table rows into shard bytes, collecting the per-sample columns of the record."""
+
+    def __init__(self, task: ShardTask):
+        self.task, self.fmt = task, get_format(task.format)
+        self.checksum = checksum_function(DEFAULT_CHECKSUM)
+        self.size_fn = load_size_fn(task.size_fn) if task.size_fn else None
+        self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
+        self.skipped, self.payload_bytes, self._reported = [], 0, 0
+
+    def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
+        """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
+        fmt, checksum, extensions, prefix = self.fmt, self.checksum, self.task.extensions, self.task.base + "/"
+        add = {name: column.append for name, column in self.columns.items()}
+        parts, at, crc, lo, hi = [], shard_offset, 0, first - rows.first, stop - rows.first
+        columns = (rows.kind[lo:hi].tolist(), rows.ext[lo:hi].tolist(), rows.label[lo:hi].tolist(), rows.names[lo:hi],
+                   rows.keys[lo:hi])
+        for position, kind, ext, label, name, key in zip(range(first, stop), *columns):
+            path = name if name.startswith("/") else prefix + name  # os.path.join, without its cost per file
+            payload, size = self._read(path, KINDS[kind], name)
+            if payload is None:
+                continue
+            record, data_offset = fmt.encode(key, extensions[ext], payload, label, size)
+            length = 0
+            for part in record:
+                crc = checksum(part, crc)
+                length += len(part)
+            parts += record
+            add["position"](position)
+            add["offset"](at)
+            add["length"](length)
+            add["data_offset"](at + data_offset)
+            add["size"](size)
+            add["checksum"](crc)
+            at += length
+            self.payload_bytes += len(payload)
+        return parts, at - shard_offset
+
+    def _read(self, path: str, kind: str, name: str) -> tuple:
+        """(file bytes, size), or (None, None) for a file that is skipped."""
+        try:
+            payload = read_regular_file(path)
+            return payload, probe_size(kind, path, payload, self.size_fn)
+        except BadInput as exc:
+            reason = str(exc)
+        except OSError as exc:
+            reason = f"unreadable: {exc.strerror or exc}"
+        if self.task.strict:
+            raise PackError(f"{printable(path)}: {reason}")
+        self.skipped.append({"path": printable(name), "reason": reason})
+        return None, None
+
+    def reported_bytes(self) -> int:
+        """Payload bytes since the last call (for the progress display)."""
+        new, self._reported = self.payload_bytes - self._reported, self.payload_bytes
+        return new

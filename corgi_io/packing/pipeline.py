@@ -1,0 +1,140 @@
+"""`pack()`: walk -> plan -> execute -> manifest, with one progress line and resume after any kill.
+
+1. The walk streams SOURCE into compact columns (corpus.py), names spooled to an unnamed file.
+2. The plan (plan.py, pure) orders the files and cuts blocks and shards; shards finished by an
+   earlier run (their records in ``OUTPUT/.corgi-partial/``) are taken out of it.
+3. The driver writes the samples in pack order to a table in the partial folder (table.py) and
+   lets go of the corpus; each shard still to write becomes a `ShardTask` of a few numbers.
+4. An executor runs `encode.write_shard` over the tasks: each reads its files, encodes, writes and
+   fsyncs its whole shard into OUTPUT, saves its record and renames the shard into place.
+5. The manifest is built from the records and the table, a column at a time (columns.py), and
+   written last; then the partial folder goes.
+
+The driver therefore holds at most a few tens of bytes per file (numpy columns, never a Python
+object per file), whatever the corpus, and the shards do not depend on the executor or `workers`.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from corgi_io.atomic import temp_name
+from corgi_io.checksum import DEFAULT_CHECKSUM
+from corgi_io.errors import PackError
+from corgi_io.formats import get_format
+from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
+from corgi_io.packing import layout
+from corgi_io.packing.columns import ManifestColumns
+from corgi_io.packing.corpus import check_source, discover
+from corgi_io.packing.encode import ShardTask, write_shard
+from corgi_io.packing.executors import LocalExecutor
+from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
+from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
+from corgi_io.packing.progress import PackProgress
+from corgi_io.packing.records import load_finished, record_path
+from corgi_io.packing.sizing import load_size_fn
+from corgi_io.packing.table import Table, write_table
+
+__all__ = ["PackOptions", "pack"]
+
+
+def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
+         overwrite: bool = False, progress: bool | None = None):
+    """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
+
+    `workers` processes write shards (1: this process).  `progress=None` shows the progress line
+    only on a terminal.  Rerunning after an interruption resumes: finished shards are kept, the
+    rest rewritten.
+    """
+    fmt = get_format(options.format)
+    if options.order not in layout.ORDERS:
+        raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
+    if options.size_fn:
+        load_size_fn(options.size_fn)  # fail before any work, not in every task
+    output = Path(output)
+    try:
+        with PackProgress(progress) as display, LocalExecutor(workers) as executor:
+            _pack(Path(source), output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
+    except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
+        if exc.filename is None:
+            raise
+        raise PackError(f"{exc.filename}: {exc.strerror or exc} (finished shards are kept: "
+                        "rerun the same command to resume)") from exc
+    return open_manifest(output)
+
+
+def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
+          overwrite: bool) -> None:
+    check_source(source)
+    open_output(output, overwrite)
+    display.phase("walk", "file")
+    corpus = discover(source, options.kind, options.label_index, strict, spool_dir=output, progress=display.advance)
+    try:
+        identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
+                                              manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
+        if claim_output(output, identity, overwrite):
+            return
+        partial = open_partial(output, identity)
+        display.phase("plan", "sample", total=len(corpus))
+        plan = make_plan(corpus.nbytes, corpus.key_bytes, options, fmt)
+        finished = {shard: done for shard in range(plan.num_shards)
+                    if (done := load_finished(output / plan.shard_name(shard),
+                                              record_path(partial, plan.shard_name(shard)))) is not None}
+        plan = plan.without(finished)
+        table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
+        write_table(table, corpus, plan.order)
+        plan = plan.staged()
+        display.advance(len(corpus))
+        head = {"format": options.format, "options": identity, "labels": corpus.labels,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        tasks = _shard_tasks(plan, output, partial, table, corpus.base, tuple(corpus.extensions), options, strict)
+        extensions, skipped = corpus.extensions, corpus.skipped
+    finally:
+        corpus.close()
+    del corpus  # the tasks read the table: nothing per file stays in the driver
+    records = _write_shards(executor, tasks, plan, finished, display)
+    display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
+    _write_manifest(output, head, plan, table, partial, records, extensions, skipped, display)
+    finish_output(output)
+
+
+def _shard_tasks(plan: PackPlan, output: Path, partial: Path, table: Table, base: str, extensions: tuple,
+                 options: PackOptions, strict: bool):
+    """A ShardTask per shard still to write, made as the executor asks for them."""
+    for shard in plan.todo:
+        name = plan.shard_name(shard)
+        yield ShardTask(shard, str(output / name), str(record_path(partial, name)), table, plan.shard_blocks(shard),
+                        base, extensions, options.format, options.size_fn, strict)
+
+
+def _write_shards(executor, tasks, plan: PackPlan, finished: dict, display) -> dict:
+    """Run the shard tasks; returns {shard: ShardDone} for every shard, finished earlier or now."""
+    display.phase("write", "sample", total=sum(_count(plan, shard) for shard in plan.todo))
+    records = dict(finished)
+    for done in executor.run(write_shard, tasks, display.advance):
+        records[done.shard] = done
+        display.skipped(done.skipped)
+    return records
+
+
+def _count(plan: PackPlan, shard: int) -> int:
+    first, stop = plan.positions(shard)
+    return stop - first
+
+
+def _write_manifest(output: Path, head: dict, plan: PackPlan, table: Table, partial: Path, records: dict,
+                    extensions: list, skipped: list, display) -> None:
+    """The manifest from the shards' records and the table, one column at a time."""
+    done = [records[shard] for shard in range(plan.num_shards)]
+    counts = [record.samples for record in done]
+    columns = ManifestColumns(plan, table, {shard: record_path(partial, plan.shard_name(shard))
+                                            for shard in range(plan.num_shards)}, counts)
+    starts = [0, *itertools.accumulate(counts)]
+    head["shards"] = [{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
+                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))]
+    head["extensions"], head["checksum"] = list(extensions) or [""], DEFAULT_CHECKSUM
+    head["skipped"] = skipped + [entry for record in done for entry in record.skipped]
+    save_manifest(output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys())

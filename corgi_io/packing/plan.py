@@ -1,0 +1,88 @@
+"""The pack plan, pure: corpus columns and options -> sample order, blocks, shards, and what is left to write.
+
+Nothing here reads or writes a file.  The plan depends only on the walk (file sizes and key
+lengths, in walk order) and on `PackOptions`, never on the number of workers or on where the
+tasks run, so every executor writes the same bytes.  Resuming is the same plan with the
+finished shards taken out of `todo`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from corgi_io.packing import layout
+
+ESTIMATE_CHUNK = 1 << 16  # samples whose record sizes are estimated at a time (bounded temporaries)
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Everything that decides the bytes of a pack; a resumed pack must match it exactly."""
+
+    format: str = "wds"
+    kind: str = "auto"
+    order: str = "shuffle"
+    seed: int = 0
+    block_samples: int = layout.DEFAULT_BLOCK_SAMPLES
+    block_bytes: int = layout.DEFAULT_BLOCK_BYTES
+    shard_bytes: int = layout.DEFAULT_SHARD_BYTES
+    size_fn: str | None = None
+    label_index: tuple | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PackPlan:
+    """Which file goes where.  Positions count samples in pack order; shard j holds blocks
+    [shard_starts[j], shard_starts[j + 1]) and block i holds positions [block_starts[i], block_starts[i + 1])."""
+
+    order: np.ndarray | None   # int64, per position: the file's index in walk order (None once `staged`)
+    block_starts: np.ndarray   # int64, per block: its first position
+    shard_starts: np.ndarray   # int64, per shard: its first block
+    suffix: str                # the shard file suffix (".tar", ".tfrecord")
+    todo: tuple                # shards still to write, ascending
+    num_samples: int
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_starts)
+
+    def shard_name(self, shard: int) -> str:
+        return f"shard-{shard:06d}{self.suffix}"
+
+    def shard_blocks(self, shard: int) -> tuple:
+        """The first position of each block of `shard`, then the position after its last sample."""
+        blocks = np.append(self.shard_starts, len(self.block_starts))[shard:shard + 2]
+        starts = np.append(self.block_starts, self.num_samples)
+        return tuple(starts[blocks[0]:blocks[1] + 1].tolist())
+
+    def positions(self, shard: int) -> tuple:
+        """(first, stop) positions of `shard`."""
+        blocks = self.shard_blocks(shard)
+        return blocks[0], blocks[-1]
+
+    def without(self, finished) -> "PackPlan":
+        """The same plan with the shards in `finished` no longer to write."""
+        finished = set(finished)
+        return replace(self, todo=tuple(shard for shard in self.todo if shard not in finished))
+
+    def staged(self) -> "PackPlan":
+        """The plan once its order is in the pack-order table: the same layout without the 8 bytes per file."""
+        return replace(self, order=None)
+
+
+def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, fmt) -> PackPlan:
+    """Order the files (seeded permutation, or walk order), then cut blocks and shards from each record's
+    estimated size (`fmt.estimate_record_bytes` from payload and key bytes: no file is read)."""
+    count = len(nbytes)
+    order = (np.random.default_rng(options.seed).permutation(count) if options.order == "shuffle"
+             else np.arange(count, dtype=np.int64))
+    estimates = np.empty(count, dtype=np.int64)
+    for start in range(0, count, ESTIMATE_CHUNK):
+        files = order[start:start + ESTIMATE_CHUNK]
+        estimates[start:start + len(files)] = fmt.estimate_record_bytes(
+            nbytes[files], key_bytes[files].astype(np.int64))
+    cuts = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
+                              max(1, options.shard_bytes - len(fmt.TRAILER)))
+    return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, tuple(range(len(cuts.shard_starts))),
+                    count)
