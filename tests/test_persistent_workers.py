@@ -19,7 +19,7 @@ import torch
 
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io.loaders.shared_epoch import SharedEpoch
-from corgi_io.pack import PackOptions, pack
+from corgi_io import PackOptions, pack
 from corpus_factory import write_text
 
 EPOCHS = 3
