@@ -4,9 +4,9 @@ With ``persistent_workers=True`` each worker keeps the copy of the dataset it go
 started, so an attribute that the main process sets later never reaches it.  `SharedEpoch`
 holds the epoch and the per-rank cost model in two small tensors in shared memory, made
 when the dataset is constructed, before any worker exists: fork workers inherit the mapping,
-and spawn or forkserver workers receive it through torch's multiprocessing pickler (a file
-descriptor, no copy), whatever start method the DataLoader picks later.  A plain pickle or
-`copy.deepcopy` of the dataset gets an independent copy of the values.
+and spawn or forkserver workers receive it through torch's multiprocessing reductions (a file
+descriptor, no copy), whatever start method the DataLoader picks later.  A plain serialised copy
+or `copy.deepcopy` of the dataset gets an independent copy of the values.
 """
 from __future__ import annotations
 
