@@ -12,7 +12,6 @@ import array
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.errors import BadInput, PackError
