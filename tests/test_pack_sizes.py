@@ -132,3 +132,49 @@ def test_truncated_png_is_skipped(tmp_path, corgi):
     assert "a/cut.png" in result.stderr
     m = open_manifest(out)
     assert [s["path"] for s in m.skipped] == ["a/cut.png"] and m.num_samples == 1
+
+
+# --- the JPEG and PNG header readers (what imagesize did, without its file-like layers) --------------
+
+def _encoded(image, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, **options)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_header_readers_agree_with_pillow(seed):
+    from corgi_io.packing.sizing import _jpeg_size, _png_size, image_pixels
+
+    rng = np.random.default_rng(seed)
+    for _ in range(12):
+        w, h = (int(v) for v in rng.integers(1, 2100, 2))
+        image = Image.fromarray(_array(w, h, seed)) if w * h < 600_000 else Image.new("RGB", (w, h))
+        for options in ({"format": "JPEG"}, {"format": "JPEG", "progressive": True, "optimize": True},
+                        {"format": "JPEG", "subsampling": 0, "restart_marker_blocks": 1}, {"format": "PNG"}):
+            data = _encoded(image, **options)
+            reader = _png_size if options["format"] == "PNG" else _jpeg_size
+            assert reader(data) == (w, h) == Image.open(io.BytesIO(data)).size, options
+            assert image_pixels(data) == w * h
+
+
+def test_jpeg_reader_skips_a_thumbnail_and_fill_bytes():
+    """An EXIF thumbnail is a whole JPEG (with its own frame header) inside APP1: it is skipped with its segment."""
+    from corgi_io.packing.sizing import _jpeg_size
+
+    thumbnail = _encoded(Image.new("RGB", (7, 5)), format="JPEG")
+    data = _encoded(Image.new("RGB", (333, 222)), format="JPEG",
+                    exif=b"Exif\0\0MM\0*\0\0\0\x08\0\0" + thumbnail)
+    assert thumbnail in data and _jpeg_size(data) == (333, 222)
+    padded = data[:2] + b"\xff\xff" + data[2:]  # fill bytes before a marker are allowed
+    assert _jpeg_size(padded) == (333, 222)
+
+
+def test_a_jpeg_header_that_leads_nowhere_goes_to_pillow():
+    from corgi_io.errors import BadInput
+    from corgi_io.packing.sizing import _jpeg_size, image_pixels
+
+    broken = b"\xff\xd8\xff\xe0\x00\x10" + b"JFIF" + b"\0" * 10 + b"garbage, not a marker" + b"\xff\xd9"
+    assert _jpeg_size(broken) is None
+    with pytest.raises(BadInput, match="not a readable image"):
+        image_pixels(broken)

@@ -47,7 +47,8 @@ class ByteSize(click.ParamType):
               help="Permute samples at pack time (free), or keep the input order.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=lambda: min(8, os.cpu_count() or 1),
-              show_default="CPU count, at most 8", help="Processes that read files and probe sizes.")
+              show_default="CPU count, at most 8",
+              help="Processes that write shards, one whole shard each at a time (1: this process).")
 @click.option("--size-fn", help="MODULE:FUNCTION called as function(path) -> int, replacing the built-in size.")
 @click.option("--strict", is_flag=True,
               help="Fail on the first input that cannot be packed (missing, unreadable, not a regular file, corrupt, "

@@ -12,7 +12,6 @@ import array
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 
 from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.errors import BadInput, PackError
@@ -27,6 +26,7 @@ from corgi_io.packing.table import Table, read_rows
 from corgi_io.packing.walk import printable
 
 ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
+MAX_READ = 0x7FFFF000  # the most one read() returns on Linux
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,11 @@ def read_regular_file(path: str) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise BadInput(not_regular_reason(info.st_mode))
-        chunks, want = [], info.st_size + 1  # all of it at once, unless it grew since fstat
+        chunks, want = [], info.st_size + 1  # all of it in one read, unless it grew since fstat
         while chunk := os.read(fd, want):
             chunks.append(chunk)
+            if len(chunk) < min(want, MAX_READ):  # a short read of a regular file is its end
+                break
             want = 1 << 20
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from corgi_io.atomic import temp_name
@@ -66,75 +66,94 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     return open_manifest(output)
 
 
+@dataclass(frozen=True)
+class Staged:
+    """What the driver keeps once the corpus is planned and written to the pack-order table: the plan's
+    layout and a few names, nothing per file."""
+
+    plan: PackPlan       # staged: without its order, which the table holds
+    table: Table
+    output: Path
+    partial: Path
+    head: dict           # the manifest head so far: format, options, labels, created
+    base: str            # folder that sample names are relative to
+    extensions: tuple
+    skipped: list        # inputs the walk skipped
+    finished: dict       # {shard: ShardDone} of shards an earlier run finished
+
+
 def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
           overwrite: bool) -> None:
     check_source(source)
     open_output(output, overwrite)
+    staged = _walk_and_plan(source, output, options, fmt, display, strict=strict, overwrite=overwrite)
+    if staged is None:
+        return  # OUTPUT already holds this pack, finished
+    records = _write_shards(executor, staged, options, strict, display)
+    _write_manifest(staged, records, display)
+    finish_output(output)
+
+
+def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, display, *, strict: bool,
+                   overwrite: bool):
+    """Walk SOURCE, claim OUTPUT, plan, write the table; None when OUTPUT already holds this very pack."""
     display.phase("walk", "file")
     corpus = discover(source, options.kind, options.label_index, strict, spool_dir=output, progress=display.advance)
     try:
         identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
                                               manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
         if claim_output(output, identity, overwrite):
-            return
-        partial = open_partial(output, identity)
-        display.phase("plan", "sample", total=len(corpus))
-        plan = make_plan(corpus.nbytes, corpus.key_bytes, options, fmt)
-        finished = {shard: done for shard in range(plan.num_shards)
-                    if (done := load_finished(output / plan.shard_name(shard),
-                                              record_path(partial, plan.shard_name(shard)))) is not None}
-        plan = plan.without(finished)
-        table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
-        write_table(table, corpus, plan.order)
-        plan = plan.staged()
-        display.advance(len(corpus))
-        head = {"format": options.format, "options": identity, "labels": corpus.labels,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        tasks = _shard_tasks(plan, output, partial, table, corpus.base, tuple(corpus.extensions), options, strict)
-        extensions, skipped = corpus.extensions, corpus.skipped
+            return None
+        return _stage(corpus, options, fmt, output, open_partial(output, identity), identity, display)
     finally:
         corpus.close()
-    del corpus  # the tasks read the table: nothing per file stays in the driver
-    records = _write_shards(executor, tasks, plan, finished, display)
-    display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
-    _write_manifest(output, head, plan, table, partial, records, extensions, skipped, display)
-    finish_output(output)
 
 
-def _shard_tasks(plan: PackPlan, output: Path, partial: Path, table: Table, base: str, extensions: tuple,
-                 options: PackOptions, strict: bool):
-    """A ShardTask per shard still to write, made as the executor asks for them."""
-    for shard in plan.todo:
+def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, identity: dict, display) -> Staged:
+    """Plan the corpus, take out the shards an earlier run finished, and write the pack-order table."""
+    display.phase("plan", "sample", total=len(corpus))
+    plan = make_plan(corpus.nbytes, corpus.key_bytes, options, fmt)
+    finished = {}
+    for shard in range(plan.num_shards):
         name = plan.shard_name(shard)
-        yield ShardTask(shard, str(output / name), str(record_path(partial, name)), table, plan.shard_blocks(shard),
-                        base, extensions, options.format, options.size_fn, strict)
+        if (done := load_finished(output / name, record_path(partial, name))) is not None:
+            finished[shard] = done
+    plan = plan.without(finished)
+    table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
+    write_table(table, corpus, plan.order)
+    display.advance(len(corpus))
+    head = {"format": options.format, "options": identity, "labels": corpus.labels,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
+                  corpus.skipped, finished)
 
 
-def _write_shards(executor, tasks, plan: PackPlan, finished: dict, display) -> dict:
-    """Run the shard tasks; returns {shard: ShardDone} for every shard, finished earlier or now."""
-    display.phase("write", "sample", total=sum(_count(plan, shard) for shard in plan.todo))
-    records = dict(finished)
+def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, display) -> dict:
+    """Run a ShardTask per shard still to write; returns {shard: ShardDone} for every shard, earlier ones too."""
+    plan = staged.plan
+    tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
+                       str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
+                       plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
+                       strict) for shard in plan.todo)
+    display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
+    records = dict(staged.finished)
     for done in executor.run(write_shard, tasks, display.advance):
         records[done.shard] = done
         display.skipped(done.skipped)
     return records
 
 
-def _count(plan: PackPlan, shard: int) -> int:
-    first, stop = plan.positions(shard)
-    return stop - first
-
-
-def _write_manifest(output: Path, head: dict, plan: PackPlan, table: Table, partial: Path, records: dict,
-                    extensions: list, skipped: list, display) -> None:
+def _write_manifest(staged: Staged, records: dict, display) -> None:
     """The manifest from the shards' records and the table, one column at a time."""
+    plan = staged.plan
+    display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     done = [records[shard] for shard in range(plan.num_shards)]
-    counts = [record.samples for record in done]
-    columns = ManifestColumns(plan, table, {shard: record_path(partial, plan.shard_name(shard))
-                                            for shard in range(plan.num_shards)}, counts)
-    starts = [0, *itertools.accumulate(counts)]
-    head["shards"] = [{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
-                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))]
-    head["extensions"], head["checksum"] = list(extensions) or [""], DEFAULT_CHECKSUM
-    head["skipped"] = skipped + [entry for record in done for entry in record.skipped]
-    save_manifest(output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys())
+    columns = ManifestColumns(plan, staged.table, {shard: record_path(staged.partial, plan.shard_name(shard))
+                                                   for shard in range(plan.num_shards)},
+                              [record.samples for record in done])
+    starts = [0, *itertools.accumulate(record.samples for record in done)]
+    head = dict(staged.head, shards=[{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
+                                      "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
+    head["extensions"], head["checksum"] = list(staged.extensions) or [""], DEFAULT_CHECKSUM
+    head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
+    save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys())

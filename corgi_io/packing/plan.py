@@ -13,7 +13,7 @@ import numpy as np
 
 from corgi_io.packing import layout
 
-ESTIMATE_CHUNK = 1 << 16  # samples whose record sizes are estimated at a time (bounded temporaries)
+ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
 
 
 @dataclass(frozen=True)

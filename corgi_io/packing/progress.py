@@ -21,17 +21,22 @@ class PackProgress:
     """The pack's one tqdm display; `enabled=None` shows it only on a terminal."""
 
     def __init__(self, enabled):
-        self.bar = tqdm(disable=None if enabled is None else not enabled, dynamic_ncols=True, unit_scale=True,
-                        file=sys.stderr)
+        self.enabled, self.bar = enabled, None
         self.bytes, self.start, self.shown, self.warned = 0, time.perf_counter(), 0.0, 0
 
     def phase(self, name: str, unit: str, total: int | None = None) -> None:
-        """Start counting `unit`s of phase `name` (against `total` when known)."""
-        self.bar.set_description_str(name, refresh=False)
-        self.bar.set_postfix_str("", refresh=False)
-        self.bar.unit = unit
-        self.bar.reset(total=total)
-        self.bytes, self.start = 0, time.perf_counter()
+        """Start counting `unit`s of phase `name` (against `total` when known); the last phase's final count stays
+        on screen until this one's first."""
+        if self.bar is None:
+            self.bar = tqdm(disable=None if self.enabled is None else not self.enabled, dynamic_ncols=True,
+                            unit_scale=True, file=sys.stderr, desc=name, unit=unit, total=total)
+        else:
+            self.bar.refresh()
+            self.bar.set_description_str(name, refresh=False)
+            self.bar.set_postfix_str("", refresh=False)
+            self.bar.unit = unit
+            self.bar.reset(total=total)
+        self.bytes, self.start, self.shown = 0, time.perf_counter(), 0.0
 
     def advance(self, count: int, nbytes: int = 0) -> None:
         """`count` more units done, carrying `nbytes` payload bytes (shown as MB/s)."""
@@ -54,7 +59,8 @@ class PackProgress:
         if self.warned > MAX_WARNINGS:
             tqdm.write(f"corgi pack: warning: skipped {self.warned - MAX_WARNINGS} more files, not shown; "
                        "manifest.json lists every skipped input with its reason", file=sys.stderr)
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
     def __enter__(self):
         return self

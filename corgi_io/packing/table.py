@@ -49,18 +49,22 @@ def write_table(table: Table, corpus, order: np.ndarray) -> None:
     offset = 0
     with open(table.rows, "wb") as rows_file, open(table.strings, "wb") as strings_file:
         for start in range(0, len(order), WRITE_CHUNK):
-            files = order[start:start + WRITE_CHUNK]
-            names, keys = corpus.names_and_keys(files)
-            names, keys = [encode(name) for name in names], [key.encode("utf-8") for key in keys]
-            rows = np.empty(len(files), dtype=ROW)
-            for field in ("kind", "ext", "label", "nbytes"):
-                rows[field] = getattr(corpus, field)[files]
-            rows["name_bytes"], rows["key_bytes"] = [len(n) for n in names], [len(k) for k in keys]
-            sizes = rows["name_bytes"].astype(np.int64) + rows["key_bytes"]
-            rows["strings"] = offset + np.cumsum(sizes) - sizes
-            offset += int(sizes.sum())
-            rows_file.write(rows.tobytes())
-            strings_file.write(b"".join(part for pair in zip(names, keys) for part in pair))
+            offset = _write_chunk(rows_file, strings_file, corpus, order[start:start + WRITE_CHUNK], offset)
+
+
+def _write_chunk(rows_file, strings_file, corpus, files: np.ndarray, offset: int) -> int:
+    """Write the rows of `files` (walk indices), their strings from byte `offset` on; returns the next offset."""
+    names, keys = corpus.names_and_keys(files)
+    names, keys = [encode(name) for name in names], [key.encode("utf-8") for key in keys]
+    rows = np.empty(len(files), dtype=ROW)
+    for field in ("kind", "ext", "label", "nbytes"):
+        rows[field] = getattr(corpus, field)[files]
+    rows["name_bytes"], rows["key_bytes"] = [len(n) for n in names], [len(k) for k in keys]
+    sizes = rows["name_bytes"].astype(np.int64) + rows["key_bytes"]
+    rows["strings"] = offset + np.cumsum(sizes) - sizes
+    rows_file.write(rows.tobytes())
+    strings_file.write(b"".join(part for pair in zip(names, keys) for part in pair))
+    return offset + int(sizes.sum())
 
 
 def read_rows(table: Table, first: int, stop: int) -> Rows:
@@ -90,10 +94,9 @@ def gather_keys(table: Table, positions: np.ndarray, num_rows: int) -> tuple:
         rows = _rows(table, first, min(first + WINDOW, num_rows))
         data, base = _strings(table, rows)
         chosen = rows[positions[lo:hi] - first]
-        lengths = chosen["key_bytes"].astype(np.int64)
-        starts = chosen["strings"] - base + chosen["name_bytes"]
-        within = np.arange(offsets[hi] - offsets[lo]) - np.repeat(offsets[lo:hi] - offsets[lo], lengths)
-        blob[offsets[lo]:offsets[hi]] = np.frombuffer(data, dtype=np.uint8)[np.repeat(starts, lengths) + within]
+        starts = (chosen["strings"] - base + chosen["name_bytes"]).tolist()
+        keys = b"".join([data[a:a + n] for a, n in zip(starts, chosen["key_bytes"].tolist())])
+        blob[offsets[lo]:offsets[hi]] = np.frombuffer(keys, dtype=np.uint8)
     return blob, offsets
 
 
