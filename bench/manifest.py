@@ -19,7 +19,6 @@ a time with `save_column` and `save_head`.  Then, each measurement in a fresh pr
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _corpus import drop_page_cache  # noqa: E402
 from _timing import best_of  # noqa: E402
 
 from corgi_io.manifest import COLUMNS_DIR, column_schema, open_manifest, save_column, save_head  # noqa: E402
@@ -91,17 +91,6 @@ def build(root: Path, n: int) -> None:
     head = {"format": "wds", "options": {}, "labels": [f"class_{c}" for c in range(1000)], "extensions": ["jpg"],
             "checksum": "crc32c", "shards": shards, "skipped": [], "created": "synthetic"}
     save_head(root, head, {"samples": n, "blocks": len(first), "key_bytes": n * (len(KEY_PREFIX) + KEY_DIGITS)})
-
-
-def drop_page_cache(root: Path) -> None:
-    """Evict the pack's column files from the page cache (as on a node that did not write them)."""
-    for path in (root / COLUMNS_DIR).iterdir():
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 # --- measurements, each in a fresh process --------------------------------------------------
@@ -221,7 +210,7 @@ def main():
             build(root, n)
             size = sum(p.stat().st_size for p in (root / COLUMNS_DIR).iterdir())
             print(f"# built {n:,} samples in {time.perf_counter() - start:.0f} s: columns {size / MB:.0f} MB", flush=True)
-            drop_page_cache(root)
+            drop_page_cache((root / COLUMNS_DIR).iterdir())
             cold = child("rank", root, args.repeat)
             opened = child("open", root, args.repeat)
             eager = child("eager", root, args.repeat)
