@@ -85,7 +85,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._rank_cache = None  # (epoch key, this rank's pieces): planned once per rank and epoch
         self._fingerprint = None  # of the pack, for resume states
         self._resume = None      # a merged saved state, applied by the next iteration of its epoch
-        self._progress = None    # (epoch, finished segments, world, workers, worker, yielded) of this process
+        self._progress = None    # (epoch, finished segments, world, workers, worker) of this process's iteration
+        self._yielded = 0        # samples that iteration has yielded, counting those a resume skipped
 
     def __getstate__(self):
         """What DataLoader workers (spawn, forkserver) and copies get: no open storage, no last reader (locks)."""
@@ -206,9 +207,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                                              r["num_workers"], worker, count) for worker, count in r["yielded"].items()]}
         if self._progress is None:  # not iterated yet in this process (a worker that has yielded nothing)
             worker, workers = worker_and_count()
-            self._progress = (self.epoch, [], self.world_size, workers, worker, 0)
-        epoch, finished, world, workers, worker, yielded = self._progress
-        return worker_state(self._identity(), epoch, finished, world, workers, worker, yielded)
+            self._progress, self._yielded = (self.epoch, [], self.world_size, workers, worker), 0
+        return worker_state(self._identity(), *self._progress, self._yielded)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from a state saved by `state_dict`, or from a whole `StatefulDataLoader.state_dict()` of any one rank.
@@ -266,11 +266,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
                              verify=self.verify_reads)
         self.last_reader = reader
-        plan, finished, yielded = self._epoch_plan(worker, num_workers)
-        self._progress = (self.epoch, finished, self.world_size, num_workers, worker, yielded)
+        plan, finished, self._yielded = self._epoch_plan(worker, num_workers)
+        self._progress = (self.epoch, finished, self.world_size, num_workers, worker)
         for sample in reader.samples(plan):
-            yielded += 1
-            self._progress = (self.epoch, finished, self.world_size, num_workers, worker, yielded)
+            self._yielded += 1
             if self.decode is not None:
                 sample["data"] = self._decoded(sample)
             if self.transform is not None:
