@@ -5,13 +5,48 @@ The torch-free public face; the loaders live in `corgi_io.loaders` (the only par
     from corgi_io import pack, PackOptions, open_manifest, verify
     manifest = pack("raw/", "packed/", PackOptions(format="wds"), workers=8)
     manifest = open_manifest("packed/")      # or an http://, hdfs://, s3:// URL
+
+The errors are imported at once (they are cheap); everything else on first use (PEP 562), so
+`import corgi_io` and `corgi --help` load neither numpy nor any storage library.
 """
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
 from corgi_io.errors import (BadInput, CorgiError, CorpusError, CorruptDataError, FormatError, ManifestError,
                              PackError, ResumeError, StorageError)
-from corgi_io.manifest import Manifest, open_manifest
-from corgi_io.packing import PackOptions, pack
-from corgi_io.verify import verify
 
-__all__ = ["BadInput", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "Manifest", "ManifestError",
-           "PackError", "PackOptions", "ResumeError", "StorageError", "open_manifest", "pack", "verify"]
+_LAZY = {"Manifest": "corgi_io.manifest", "open_manifest": "corgi_io.manifest", "PackOptions": "corgi_io.packing",
+         "pack": "corgi_io.packing", "verify": "corgi_io.verify"}
+
+__all__ = ["BadInput", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "ManifestError", "PackError",
+           "ResumeError", "StorageError", *_LAZY]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """Import a public name's module when the name is first used."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
+
+
+class _PublicFace(types.ModuleType):
+    """Keeps `corgi_io.verify` the function: importing the submodule of the same name sets the package's
+    attribute to the module, which would hide the function once anything imports `corgi_io.verify`."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _PublicFace

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from corgi_io.packing import layout
 from corgi_io.cli.errors import one_line_errors
 from corgi_io.manifest import FORMATS, KINDS
+from corgi_io.packing import PackOptions, layout, pack
+from corgi_io.stats import counted
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -57,9 +58,6 @@ class ByteSize(click.ParamType):
 def pack_command(source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
                  workers, size_fn, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
-    from corgi_io.packing import PackOptions, pack
-    from corgi_io.stats import counted
-
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
