@@ -16,6 +16,7 @@ import numpy as np
 from dataclasses import replace
 
 from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
+from corgi_io.stats import counted
 
 
 def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: int, epoch: int, seed: int) -> None:
@@ -81,16 +82,16 @@ def render(summary: dict) -> str:
     """Terminal text: a header, the per-rank table, the imbalance and, with batches, the step table."""
     s = summary
     extra = f", {s['padding']:,} padding" if s["padding"] else (f", {s['dropped']:,} dropped" if s["dropped"] else "")
-    lines = [f"{s['samples']:,} samples in {s['blocks']:,} blocks; world size {s['world_size']}, "
-             f"{s['workers']} workers per rank, balance={s['balance']}, seed {s['seed']}, epoch {s['epoch']}",
-             f"each rank reads {s['samples_per_rank']:,} samples{extra}", "",
+    lines = [f"{counted(s['samples'], 'sample')} in {counted(s['blocks'], 'block')}; world size {s['world_size']}, "
+             f"{counted(s['workers'], 'worker')} per rank, balance={s['balance']}, seed {s['seed']}, epoch {s['epoch']}",
+             f"each rank reads {counted(s['samples_per_rank'], 'sample')}{extra}", "",
              f"{'rank':>6}{'samples':>12}{'size sum':>18}{'share':>9}{'pieces':>9}"]
     for r in s["ranks"]:
         lines.append(f"{r['rank']:>6}{r['samples']:>12,}{r['size']:>18,}{r['share']:>9.2%}{r['pieces']:>9,}")
     lines += ["", f"size sum max/mean {s['size_imbalance']:.4f} (count balance: {s['count_size_imbalance']:.4f})"]
     if "steps" in s:
         st = s["steps"]
-        lines += ["", f"{st['num_steps']:,} steps of {st['batch_size']} samples per rank; step imbalance: max / mean "
+        lines += ["", f"{counted(st['num_steps'], 'step')} of {counted(st['batch_size'], 'sample')} per rank; step imbalance: max / mean "
                       "over ranks of a step's batch size sums;",
                   "epoch time: sum over steps of the slowest rank's batch size sum (time ~ size)",
                   f"{'plan':<18}{'p50':>8}{'p95':>8}{'max':>8}{'epoch time':>16}{'vs count':>10}"]

@@ -1,7 +1,7 @@
 """Summaries of a pack for people and programs: counts, size distributions, block and shard balance.
 
 `summarize` returns plain JSON-ready data; `render` turns it into terminal text with a
-log-binned histogram; `plot` draws the same histogram to a PNG through matplotlib.
+log-binned histogram (`corgi_io.stats_plot` draws it to a PNG).
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from corgi_io.manifest import KINDS, Manifest
 
 HISTOGRAM_BINS = 16
 BAR_WIDTH = 40
+COLUMN_WIDTH = 10
+STATISTICS = ("min", "p50", "p90", "p99", "max", "mean")
 
 
 def describe(values) -> dict:
@@ -78,29 +80,39 @@ def render(summary: dict) -> str:
     lines = [f"{counted(summary['samples'], 'sample')} in {counted(summary['blocks'], 'block')} and "
              f"{counted(summary['shards'], summary['format'] + ' shard')}, {_human(summary['bytes'])} "
              f"({counted(summary['labels'], 'label')}, {counted(summary['skipped'], 'file')} skipped)", ""]
-    header = f"{'':16}{'min':>12}{'p50':>12}{'p90':>12}{'p99':>12}{'max':>12}{'mean':>12}{'cv':>8}"
-    lines.append(header)
+    return "\n".join(lines + _distribution_table(summary) + _histogram_lines(summary["size_histogram"]))
+
+
+def _distribution_table(summary: dict) -> list[str]:
     rows = [(f"size ({kind})", d) for kind, d in summary["size_by_kind"].items()]
     rows += [("size (all)", summary["size"]), ("block samples", summary["block_samples"]),
-             ("block bytes", summary["block_bytes"]), ("block size", summary["block_size_sum"]),
-             ("shard bytes", summary["shard_bytes"])]
+             ("block bytes", summary["block_bytes"]),
+             ("block size sum (pixels/frames/tokens)", summary["block_size_sum"]), ("shard bytes", summary["shard_bytes"])]
+    rows = [(name, d) for name, d in rows if d.get("count")]
+    width = max((len(name) for name, _ in rows), default=0) + 2
+    lines = [f"{'':{width}}" + "".join(f"{k:>{COLUMN_WIDTH}}" for k in STATISTICS) + f"{'cv':>8}"]
     for name, d in rows:
-        if d.get("count"):
-            lines.append(f"{name:16}" + "".join(f"{_short(d[k]):>12}" for k in ("min", "p50", "p90", "p99", "max", "mean"))
-                         + f"{d['cv']:>8.3f}")
-    histogram = summary["size_histogram"]
-    if histogram["counts"]:
-        lines += ["", "size histogram (log bins)"]
-        peak = max(max(histogram["counts"]), histogram["zeros"], 1)
-        if histogram["zeros"]:
-            lines.append(f"{'0':>23} {'#' * round(BAR_WIDTH * histogram['zeros'] / peak):<{BAR_WIDTH}} {histogram['zeros']}")
-        edges = histogram["edges"]
-        for lo, hi, count in zip(edges[:-1], edges[1:], histogram["counts"]):
-            lines.append(f"{_short(lo):>10} - {_short(hi):>10} {'#' * round(BAR_WIDTH * count / peak):<{BAR_WIDTH}} {count}")
-    return "\n".join(lines)
+        lines.append(f"{name:{width}}" + "".join(f"{short_number(d[k]):>{COLUMN_WIDTH}}" for k in STATISTICS)
+                     + f"{d['cv']:>8.3f}")
+    return lines
 
 
-def _short(x) -> str:
+def _histogram_lines(histogram: dict) -> list[str]:
+    if not histogram["counts"]:
+        return []
+    lines = ["", "size histogram (log bins)"]
+    peak = max(max(histogram["counts"]), histogram["zeros"], 1)
+    bar = lambda count: f"{'#' * round(BAR_WIDTH * count / peak):<{BAR_WIDTH}} {count}"  # noqa: E731
+    if histogram["zeros"]:
+        lines.append(f"{'0':>23} {bar(histogram['zeros'])}")
+    edges = histogram["edges"]
+    for lo, hi, count in zip(edges[:-1], edges[1:], histogram["counts"]):
+        lines.append(f"{short_number(lo):>10} - {short_number(hi):>10} {bar(count)}")
+    return lines
+
+
+def short_number(x) -> str:
+    """1234 -> '1.23k', 5e6 -> '5M', 0.5 -> '0.5': three significant digits and an SI suffix."""
     x = float(x)
     for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
@@ -114,26 +126,3 @@ def _human(n: int) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
 
-
-def plot(m: Manifest, path) -> None:
-    """Write a PNG with the size histogram per kind (log x axis) and the per-block size sums."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'corgi-io[plot]'") from None
-    s = m.samples
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    positive = s.size[s.size > 0]
-    edges = np.geomspace(max(positive.min(), 1), positive.max() * 1.000001, 40) if len(positive) else 10
-    for k in np.unique(s.kind):
-        left.hist(s.size[(s.kind == k) & (s.size > 0)], bins=edges, alpha=0.6, label=KINDS[k])
-    left.set(xscale="log", xlabel="sample size (pixels / frames / tokens)", ylabel="samples",
-             title=f"{m.num_samples:,} samples")
-    left.legend()
-    right.bar(np.arange(len(m.blocks)), m.blocks.size_sum, width=1.0)
-    right.set(xlabel="block", ylabel="size sum", title=f"{len(m.blocks):,} blocks in {len(m.shards)} shards")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -13,9 +13,16 @@ from corgi_io.cli.errors import one_line_errors
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Also write a histogram figure to this PNG.")
 def stats_command(dataset, as_json, plot):
-    """Show counts, size distributions and block/shard balance of DATASET."""
+    """Show counts, size distributions and block/shard balance of DATASET.
+
+    \b
+    Everything comes from the manifest alone: no shard is read, so a missing
+    or damaged shard goes unnoticed here (and the exit status stays 0).
+    `corgi verify DATASET` is the command that checks the shards.
+    """
     from corgi_io.manifest import open_manifest
-    from corgi_io.stats import plot as plot_sizes, render, summarize
+    from corgi_io.stats import render, summarize
+    from corgi_io.stats_plot import plot as plot_sizes
 
     with one_line_errors():
         manifest = open_manifest(dataset)

@@ -18,6 +18,7 @@ from corgi_io.cli.errors import one_line_errors
               help="Check this many shards at once, in separate processes.")
 def verify_command(dataset, as_json, max_errors, jobs):
     """Re-read every shard of DATASET and check sizes, checksums, framing and index sidecars."""
+    from corgi_io.stats import counted
     from corgi_io.verify import verify
 
     with one_line_errors():
@@ -25,13 +26,13 @@ def verify_command(dataset, as_json, max_errors, jobs):
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     elif report.ok:
-        click.echo(f"ok: {report.samples_checked:,} samples intact")
+        click.echo(f"ok: {counted(report.samples_checked, 'sample')} intact")
     else:
         for problem in report.problems:
             click.echo(f"corgi verify: {problem}", err=True)
         unlisted = report.total_problems - len(report.problems)
         more = f", {unlisted:,} not listed (--max-errors {max_errors})" if unlisted else ""
-        click.echo(f"corgi verify: {report.total_problems:,} problem{'s' * (report.total_problems != 1)}{more}; "
-                   f"{report.samples_checked:,} samples checked", err=True)
+        click.echo(f"corgi verify: {counted(report.total_problems, 'problem')}{more}; "
+                   f"{counted(report.samples_checked, 'sample')} checked", err=True)
     if not report.ok:
         raise SystemExit(1)
