@@ -16,6 +16,7 @@ import numpy as np
 from dataclasses import replace
 
 from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
+from corgi_io.schedule.modes import check_at_least
 from corgi_io.stats import counted
 
 
@@ -23,8 +24,7 @@ def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: i
     """ValueError naming the first option below its least value (None means "not given")."""
     for name, value, least in (("world size", world_size, 1), ("workers", workers, 0), ("batch size", batch_size, 1),
                                ("buffer blocks", buffer_blocks, 1), ("epoch", epoch, 0), ("seed", seed, 0)):
-        if value is not None and value < least:
-            raise ValueError(f"{name} must be >= {least}, got {value}")
+        check_at_least(name, value, least)
 
 
 def summarize(block_first, block_count, sizes, world_size: int, *, workers: int = 0, balance: str = "count",

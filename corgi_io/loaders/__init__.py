@@ -1,4 +1,11 @@
 """PyTorch loaders: the only part of corgi-io that imports torch."""
+try:
+    import torch  # noqa: F401  (checked first, so a missing torch says how to install it)
+except ModuleNotFoundError as exc:
+    if exc.name != "torch":
+        raise
+    raise ModuleNotFoundError("corgi_io.loaders needs PyTorch: pip install 'corgi-io[torch]'", name="torch") from None
+
 from corgi_io.loaders.dataset import CorgiPileDataset
 
 __all__ = ["CorgiPileDataset"]

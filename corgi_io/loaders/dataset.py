@@ -19,6 +19,7 @@ from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSp
                                buffer_plan, check_mode, fit_cost, rank_plan, samples_per_rank, worker_share)
 from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
                                       skip_consumed, worker_state)
+from corgi_io.schedule.modes import check_at_least
 from corgi_io.errors import CorruptDataError, ResumeError, plain_message
 from corgi_io.storage import open_storage
 
@@ -63,6 +64,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         super().__init__()
         check_mode("shuffle", shuffle, SHUFFLE_MODES)
         check_mode("balance", balance, BALANCE_MODES)
+        for name, value, least in (("buffer_blocks", buffer_blocks, 1), ("prefetch_blocks", prefetch_blocks, 0)):
+            check_at_least(name, value, least)
         if batch_size is not None and shuffle != "corgipile":
             raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
                              "shuffle='corgipile'")
