@@ -1,6 +1,6 @@
 """Train a tiny CNN on a corgi image pack with DDP on CPU, checkpointing and resuming exactly.
 
-    corgi pack examples/corpus/images /tmp/images-pack          # or any folder of class folders
+    corgi pack /data/images /tmp/images-pack          # a folder of class folders of images
     torchrun --nproc_per_node=2 examples/train_ddp.py /tmp/images-pack --checkpoint-dir /tmp/ckpt
 
 Run the same command again after a crash or a kill: it resumes from the last checkpoint, with
@@ -105,7 +105,6 @@ def load_checkpoint(path: Path, model, optimizer, loader) -> tuple[int, int]:
 def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
     torch.manual_seed(0)  # the same initial weights on every rank
     dataset = CorgiPileDataset(args.pack, decode="rgb", transform=functools.partial(resize, size=args.image_size),
                                batch_size=args.batch_size, balance="size")
@@ -113,40 +112,43 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=args.workers,
                                 persistent_workers=args.workers > 0)
-    checkpoint = args.checkpoint_dir / CHECKPOINT
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = args.checkpoint_dir / CHECKPOINT
     step, first_epoch = load_checkpoint(checkpoint, model, optimizer, loader)
-    keys_log = open_keys_log(args.log_keys, rank)
-    if rank == 0:
-        print(f"{'resuming at' if step else 'starting'} step {step}, epoch {first_epoch}; "
-              f"{len(loader)} steps per epoch on each of {dist.get_world_size()} ranks", flush=True)
-    for epoch in range(first_epoch, args.epochs):
-        dataset.set_epoch(epoch)
-        started = time.perf_counter()
-        for batch in loader:
-            loss = torch.nn.functional.cross_entropy(model(batch["data"]), batch["label"])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if keys_log:
+    report(f"{'resuming at' if step else 'starting'} step {step}, epoch {first_epoch}; "
+           f"{len(loader)} steps per epoch on each of {dist.get_world_size()} ranks")
+    with open_keys_log(args.log_keys) as keys_log:
+        for epoch in range(first_epoch, args.epochs):
+            dataset.set_epoch(epoch)  # before iter(loader): a new block order, in the persistent workers too
+            started = time.perf_counter()
+            for batch in loader:
+                loss = torch.nn.functional.cross_entropy(model(batch["data"]), batch["label"])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step += 1
                 keys_log.write("".join(f"{epoch}\t{step}\t{key}\n" for key in batch["key"]))
-                keys_log.flush()
-            if step % args.checkpoint_every == 0:
-                save_checkpoint(checkpoint, step, epoch, model, optimizer, loader)
-            if rank == 0 and step % 10 == 0:
-                print(f"epoch {epoch} step {step} loss {loss.item():.3f}", flush=True)
-        if rank == 0:
-            print(f"epoch {epoch} done in {time.perf_counter() - started:.1f} s", flush=True)
+                keys_log.flush()  # before the checkpoint: a step in a checkpoint is always in the log
+                if step % args.checkpoint_every == 0:
+                    save_checkpoint(checkpoint, step, epoch, model, optimizer, loader)
+                if step % 10 == 0:
+                    report(f"epoch {epoch} step {step} loss {loss.item():.3f}")
+            report(f"epoch {epoch} done in {time.perf_counter() - started:.1f} s")
     save_checkpoint(checkpoint, step, args.epochs, model, optimizer, loader)  # a rerun of a finished run trains nothing
     dist.destroy_process_group()
 
 
-def open_keys_log(folder: Path | None, rank: int):
+def report(line: str) -> None:
+    if dist.get_rank() == 0:
+        print(line, flush=True)
+
+
+def open_keys_log(folder: Path | None):
+    """DIR/rank<r>.tsv opened for appending, or a sink when no folder is given."""
     if folder is None:
-        return None
+        return open(os.devnull, "w")
     folder.mkdir(parents=True, exist_ok=True)
-    return open(folder / f"rank{rank}.tsv", "a", encoding="utf-8")
+    return open(folder / f"rank{dist.get_rank()}.tsv", "a", encoding="utf-8")
 
 
 if __name__ == "__main__":

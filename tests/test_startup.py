@@ -19,12 +19,16 @@ LOADED_HEAVY = ("import json, sys; heavy = {heavy!r}; "
                 "print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set(heavy))))")
 
 
+def run_python(code: str) -> str:
+    """Run `code` in a fresh interpreter; its stdout (it must exit 0)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def heavy_modules_after(code: str) -> list[str]:
     """Run `code` in a fresh interpreter and list the heavy top-level packages it left in sys.modules."""
-    script = f"{code}\n{LOADED_HEAVY.format(heavy=HEAVY)}"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
+    return json.loads(run_python(f"{code}\n{LOADED_HEAVY.format(heavy=HEAVY)}").splitlines()[-1])
 
 
 def test_import_corgi_io_loads_nothing_heavy():
@@ -51,12 +55,10 @@ def test_public_names_resolve_lazily_to_the_library_objects():
 
 
 def test_verify_stays_the_function_when_its_module_is_imported_first():
-    code = ("import inspect, corgi_io, corgi_io.verify, corgi_io.packing as packing\n"
-            "assert inspect.isfunction(corgi_io.verify), corgi_io.verify\n"
-            "assert inspect.ismodule(packing) and inspect.isfunction(corgi_io.pack)\n"
-            "from corgi_io import verify; assert inspect.isfunction(verify)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    run_python("import inspect, corgi_io, corgi_io.verify, corgi_io.packing as packing\n"
+               "assert inspect.isfunction(corgi_io.verify), corgi_io.verify\n"
+               "assert inspect.ismodule(packing) and inspect.isfunction(corgi_io.pack)\n"
+               "from corgi_io import verify; assert inspect.isfunction(verify)")
 
 
 def test_every_listed_subcommand_resolves_to_its_click_command():
