@@ -82,8 +82,9 @@ def render(summary: dict) -> str:
     """Terminal text: a header, the per-rank table, the imbalance and, with batches, the step table."""
     s = summary
     extra = f", {s['padding']:,} padding" if s["padding"] else (f", {s['dropped']:,} dropped" if s["dropped"] else "")
-    lines = [f"{counted(s['samples'], 'sample')} in {counted(s['blocks'], 'block')}; world size {s['world_size']}, "
-             f"{counted(s['workers'], 'worker')} per rank, balance={s['balance']}, seed {s['seed']}, epoch {s['epoch']}",
+    lines = [f"{counted(s['samples'], 'sample')} in {counted(s['blocks'], 'block')}; "
+             f"world size {s['world_size']}, {counted(s['workers'], 'worker')} per rank, balance={s['balance']}, "
+             f"seed {s['seed']}, epoch {s['epoch']}",
              f"each rank reads {counted(s['samples_per_rank'], 'sample')}{extra}", "",
              f"{'rank':>6}{'samples':>12}{'size sum':>18}{'share':>9}{'pieces':>9}"]
     for r in s["ranks"]:
@@ -91,8 +92,8 @@ def render(summary: dict) -> str:
     lines += ["", f"size sum max/mean {s['size_imbalance']:.4f} (count balance: {s['count_size_imbalance']:.4f})"]
     if "steps" in s:
         st = s["steps"]
-        lines += ["", f"{counted(st['num_steps'], 'step')} of {counted(st['batch_size'], 'sample')} per rank; step imbalance: max / mean "
-                      "over ranks of a step's batch size sums;",
+        lines += ["", f"{counted(st['num_steps'], 'step')} of {counted(st['batch_size'], 'sample')} per rank; "
+                      "step imbalance: max / mean over ranks of a step's batch size sums;",
                   "epoch time: sum over steps of the slowest rank's batch size sum (time ~ size)",
                   f"{'plan':<18}{'p50':>8}{'p95':>8}{'max':>8}{'epoch time':>16}{'vs count':>10}"]
         for p in st["plans"]:

@@ -87,7 +87,8 @@ def _distribution_table(summary: dict) -> list[str]:
     rows = [(f"size ({kind})", d) for kind, d in summary["size_by_kind"].items()]
     rows += [("size (all)", summary["size"]), ("block samples", summary["block_samples"]),
              ("block bytes", summary["block_bytes"]),
-             ("block size sum (pixels/frames/tokens)", summary["block_size_sum"]), ("shard bytes", summary["shard_bytes"])]
+             ("block size sum (pixels/frames/tokens)", summary["block_size_sum"]),
+             ("shard bytes", summary["shard_bytes"])]
     rows = [(name, d) for name, d in rows if d.get("count")]
     width = max((len(name) for name, _ in rows), default=0) + 2
     lines = [f"{'':{width}}" + "".join(f"{k:>{COLUMN_WIDTH}}" for k in STATISTICS) + f"{'cv':>8}"]
@@ -125,4 +126,3 @@ def _human(n: int) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
-

@@ -89,6 +89,7 @@ def test_figure_of_many_blocks_draws_a_histogram_of_block_sums(tmp_path):
     left, right = fig.axes
     assert right.get_ylabel() == "blocks" and len(right.patches) == 1
     values, edges, _ = right.patches[0].get_data()
-    assert values.sum() == len(m.blocks) and edges[0] <= m.blocks.size_sum.min() and edges[-1] >= m.blocks.size_sum.max()
+    assert values.sum() == len(m.blocks)
+    assert edges[0] <= m.blocks.size_sum.min() and edges[-1] >= m.blocks.size_sum.max()
     (sample_counts, _, _), = [patch.get_data() for patch in left.patches]
     assert sample_counts.sum() == m.num_samples
