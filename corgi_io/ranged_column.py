@@ -124,4 +124,4 @@ class RangedColumn(NDArrayOperatorsMixin):
         return getattr(np.asarray(self), name)
 
     def __reduce__(self):
-        raise TypeError("a RangedColumn is not pickled: pickle its Manifest, which reopens the pack")
+        raise TypeError("a RangedColumn cannot be serialised for another process: send its Manifest, which reopens the pack")
