@@ -62,7 +62,7 @@ def dask_client(address: str, default_workers: int):
             yield client
         return
     with distributed.LocalCluster(n_workers=target or default_workers, processes=True, threads_per_worker=1,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         yield client
 
 
