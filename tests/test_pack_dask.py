@@ -21,24 +21,17 @@ import pytest
 from corgi_io.atomic import temp_name
 from corgi_io.packing import PackOptions, pack
 from corpus_factory import write_text
+from test_pack_crash import CLI, SLOW_SIZES  # SLOW_SIZES: tokens(path) sleeps CORGI_TEST_SLEEP s per file
 
 distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install 'corgi-io[dask]'")
 import dask  # noqa: E402  (installed with distributed)
 pytestmark = pytest.mark.slow  # starts Dask clusters, launches and kills processes
 
-CLI = "import sys; from corgi_io.cli import main; sys.exit(main())"
 OPTIONS = PackOptions(format="wds", block_samples=2, shard_bytes=6 << 10)
 FLAGS = ("--format", "wds", "--block-samples", "2", "--shard-bytes", "6k")  # OPTIONS on the command line
 SLOW = ("--size-fn", "corgi_test_dask_sizes:tokens")  # sleeps CORGI_TEST_SLEEP seconds per file
 SLOW_OPTIONS = dataclasses.replace(OPTIONS, size_fn=SLOW[1])
-HELPERS = '''
-import os, time
-
-def tokens(path):
-    time.sleep(float(os.environ.get("CORGI_TEST_SLEEP", "0")))
-    with open(path, "rb") as f:
-        return len(f.read().decode("utf-8").split())
-
+HELPERS = SLOW_SIZES + '''
 def fails(task):
     with open(os.environ["CORGI_TEST_ATTEMPTS"], "a") as f:
         f.write(task.path + "\\n")

@@ -91,11 +91,10 @@ def pack_command(ctx, source, output, fmt, kind, labels_file, block_samples, blo
     options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
                           block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn, label_index=label_index)
     with one_line_errors(), _dask_client(dask_address) as client:
-        manifest = pack(source, output, options, workers=1 if client else workers, client=client, strict=strict,
+        manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client, strict=strict,
                         overwrite=overwrite)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
                f"and {counted(len(manifest.shards), 'shard')} in {output} ({len(manifest.skipped)} skipped)")
-
 
 
 def _dask_client(address):

@@ -50,7 +50,8 @@ def dask_client(address: str, default_workers: int):
     """A ``distributed.Client`` for ADDRESS (see `parse_address`), closed on exit.
 
     ``local[:N]`` starts a LocalCluster of N worker processes (`default_workers` without N), one
-    thread each (the tasks hold the GIL while they encode), without a dashboard; it stops on exit.
+    thread each (the tasks hold the GIL while they encode), its dashboard (if bokeh is installed) on
+    a free port; it stops on exit.
     """
     target = parse_address(address)
     try:
@@ -102,7 +103,7 @@ class DaskExecutor:
         """Top the tasks in the scheduler up to TASKS_AHEAD per worker thread."""
         for task in itertools.islice(tasks, max(0, TASKS_AHEAD * self._cluster_threads() - len(self._pending))):
             key = f"corgi-{Path(task.path).name}-{uuid.uuid4().hex}"
-            future = self.client.submit(function, task, key=key, retries=self.retries, pure=False)
+            future = self.client.submit(function, task, key=key, retries=self.retries)  # a new key: never cached
             self._pending[future] = task
             finished.add(future)
 
