@@ -9,11 +9,17 @@ with its ratio against a baseline measured in the same run.
 Mosaic's MDSWriter is not a contender: mosaicml-streaming cannot be installed beside this project's
 torch (see docs/benchmarks.md).
 
+When Dask distributed imports (``corgi-io[dask]``), ``corgi pack --dask local:2`` runs too: the same
+shard tasks on a LocalCluster of 2 single-thread worker processes, started once before the rounds
+(as an already running cluster would be; its start-up is printed, not timed), with its ratio
+against the local pool of 2 processes.
+
     python bench/pack.py [--n 20000] [--rounds 5] [--shard-mib 512] [--workdir bench/out/pack]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import sys
@@ -27,6 +33,7 @@ TARGETS = {  # (contender, baseline) -> the speed ratio that issue 9 asks for
     ("corgi pack --workers 2", "corgi pack --workers 1"): 1.5,
     ("corgi pack --workers 2", "webdataset.ShardWriter"): 2.0,
 }
+DASK = "corgi pack --dask local:2"
 
 
 def run_shardwriter(files, out: Path, shard_bytes: int):
@@ -50,11 +57,37 @@ def run_tfrecordwriter(files, out: Path, shard_bytes: int):
     writer.close()
 
 
-def run_corgi(source: Path, out: Path, shard_bytes: int, workers: int):
+def run_corgi(source: Path, out: Path, shard_bytes: int, workers: int = 1, client=None):
     from corgi_io import PackOptions, pack
 
-    pack(source, out, PackOptions(format="wds", shard_bytes=shard_bytes), workers=workers, overwrite=True,
-         progress=False)
+    pack(source, out, PackOptions(format="wds", shard_bytes=shard_bytes), workers=workers, client=client,
+         overwrite=True, progress=False)
+
+
+def local_dask_client(stack: contextlib.ExitStack, workers: int = 2):
+    """(client, start-up seconds) of a LocalCluster of `workers` single-thread processes, closed with `stack`;
+    (None, None) when Dask distributed is not installed."""
+    try:
+        import distributed
+    except ImportError:
+        return None, None
+    start = time.perf_counter()
+    cluster = stack.enter_context(distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
+                                                           dashboard_address=":0"))
+    return stack.enter_context(distributed.Client(cluster)), time.perf_counter() - start
+
+
+def run_rounds(contenders: dict, out: Path, rounds: int) -> dict:
+    """{name: median seconds} of the contenders run interleaved, `rounds` times each."""
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            shutil.rmtree(out, ignore_errors=True)
+            start = time.perf_counter()
+            run(out)
+            times[name].append(time.perf_counter() - start)
+    shutil.rmtree(out, ignore_errors=True)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
 def main():
@@ -76,16 +109,11 @@ def main():
         "corgi pack --workers 1": lambda out: run_corgi(source, out, shard_bytes, 1),
         "corgi pack --workers 2": lambda out: run_corgi(source, out, shard_bytes, 2),
     }
-    out = args.workdir / "out"
-    times = {name: [] for name in contenders}
-    for _ in range(args.rounds):
-        for name, run in contenders.items():
-            shutil.rmtree(out, ignore_errors=True)
-            start = time.perf_counter()
-            run(out)
-            times[name].append(time.perf_counter() - start)
-    shutil.rmtree(out, ignore_errors=True)
-    median = {name: statistics.median(seconds) for name, seconds in times.items()}
+    with contextlib.ExitStack() as stack:
+        client, startup = local_dask_client(stack)
+        if client is not None:
+            contenders[DASK] = lambda out: run_corgi(source, out, shard_bytes, client=client)
+        median = run_rounds(contenders, args.workdir / "out", args.rounds)
     print(f"# {len(files)} JPEGs, {megabytes:.1f} MB, shards of at most {args.shard_mib} MiB, median of "
           f"{args.rounds} interleaved rounds, warm page cache")
     for name, seconds in median.items():
@@ -95,6 +123,9 @@ def main():
         ratio = median[baseline] / median[name]
         print(f"target {name} vs {baseline}: {ratio:5.2f}x (target >= {target}x: "
               f"{'met' if ratio >= target else 'NOT met'})")
+    if DASK in median:
+        print(f"dask {DASK} vs corgi pack --workers 2: {median['corgi pack --workers 2'] / median[DASK]:5.2f}x "
+              f"(LocalCluster start-up {startup:.1f} s, not timed)")
 
 
 if __name__ == "__main__":

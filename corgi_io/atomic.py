@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import socket
+
+_HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64] or "host"  # safe in any file name
 
 
-def temp_name(name: str, pid: int | str | None = None) -> str:
-    """The hidden name `.<name>.tmp-<pid>` under which `name` is written before it is renamed into place.
+def temp_name(name: str, writer: int | str | None = None) -> str:
+    """The hidden name `.<name>.tmp-<writer>` under which `name` is written before it is renamed into place.
 
-    The pid (this process by default) keeps concurrent writers apart; ``temp_name("*", "*")``
-    is the glob that finds the leftovers of any writer that was killed before its rename.
+    The writer (``<host>-<pid>`` of this process by default) keeps concurrent writers apart, also
+    the workers of a cluster that share OUTPUT, where two hosts can run the same pid;
+    ``temp_name("*", "*")`` is the glob that finds the leftovers of any writer that was killed
+    before its rename.
     """
-    return f".{name}.tmp-{os.getpid() if pid is None else pid}"
+    return f".{name}.tmp-{writer_id() if writer is None else writer}"
+
+
+def writer_id() -> str:
+    """``<host>-<pid>``: this process among all that may write to one shared file system."""
+    return f"{_HOST}-{os.getpid()}"
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import pytest
 from conftest import require_nginx
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest
-from corgi_io.atomic import atomic_output, write_atomic
+from corgi_io.atomic import atomic_output, temp_name, write_atomic
 from corgi_io.remote_storage import FsspecStorage, backoff_delay
 from corgi_io.storage import LocalStorage, StorageError, open_storage
 from http_server import NginxServer, free_port
@@ -122,13 +122,22 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     assert (tmp_path / "t.txt").read_text() == "text"
 
 
+def test_temp_name_names_host_and_pid_so_cluster_writers_never_collide():
+    """Two hosts of a cluster can run the same pid: the host (made safe for a file name) tells them apart."""
+    name = temp_name("shard-000.tar")
+    safe_host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())
+    assert name == f".shard-000.tar.tmp-{safe_host}-{os.getpid()}"
+    assert "/" not in name and " " not in name
+    assert temp_name("x", "7") == ".x.tmp-7"
+
+
 def test_atomic_write_on_exception_leaves_old_target_and_no_temp(tmp_path):
     target = tmp_path / "shard-000.tar"
     write_atomic(target, b"complete")
     with pytest.raises(RuntimeError):
         with atomic_output(target) as f:
             f.write(b"partial")
-            assert os.path.exists(tmp_path / f".shard-000.tar.tmp-{os.getpid()}")
+            assert sorted(os.listdir(tmp_path)) == sorted(["shard-000.tar", temp_name("shard-000.tar")])
             raise RuntimeError("writer crashed")
     assert target.read_bytes() == b"complete"
     assert os.listdir(tmp_path) == ["shard-000.tar"]

@@ -1,11 +1,13 @@
 """`corgi pack SOURCE OUTPUT`: raw corpus -> block-structured shards + manifest."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from corgi_io.cli.errors import one_line_errors
 from corgi_io.manifest import FORMATS, KINDS
@@ -30,6 +32,22 @@ class ByteSize(click.ParamType):
         return value if isinstance(value, int) else parse_bytes(value)
 
 
+def default_workers() -> int:
+    return min(8, os.cpu_count() or 1)
+
+
+def check_dask_address(ctx, param, value):
+    """--dask must be local, local:N or a scheduler address; checked before any work (dask is not imported)."""
+    from corgi_io.packing.dask_executor import parse_address
+
+    if value is not None:
+        try:
+            parse_address(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 @click.command("pack")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("output", type=click.Path(path_type=Path))
@@ -47,23 +65,40 @@ class ByteSize(click.ParamType):
 @click.option("--order", type=click.Choice(layout.ORDERS), default="shuffle", show_default=True,
               help="Permute samples at pack time (free), or keep the input order.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=lambda: min(8, os.cpu_count() or 1),
-              show_default="CPU count, at most 8",
+@click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="CPU count, at most 8",
               help="Processes that write shards, one whole shard each at a time (1: this process).")
+@click.option("--dask", "dask_address", metavar="ADDRESS", callback=check_dask_address,
+              help="Write the shards on a Dask cluster instead of local processes: a scheduler address "
+                   "(tcp://host:8786) or local[:N] (a LocalCluster of N worker processes). OUTPUT must be on a "
+                   "file system every worker shares. Not with --workers. Needs corgi-io[dask].")
 @click.option("--size-fn", help="MODULE:FUNCTION called as function(path) -> int, replacing the built-in size.")
 @click.option("--strict", is_flag=True,
               help="Fail on the first input that cannot be packed (missing, unreadable, not a regular file, corrupt, "
                    "or a listing row whose key breaks the key rule) instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
-def pack_command(source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
-                 workers, size_fn, strict, overwrite):
+@click.pass_context
+def pack_command(ctx, source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
+                 workers, dask_address, size_fn, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
+    if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
+                               "(use --dask local:N for N local worker processes)")
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
     options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
                           block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn, label_index=label_index)
-    with one_line_errors():
-        manifest = pack(source, output, options, workers=workers, strict=strict, overwrite=overwrite)
+    with one_line_errors(), _dask_client(dask_address) as client:
+        manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
+                        strict=strict, overwrite=overwrite)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
                f"and {counted(len(manifest.shards), 'shard')} in {output} ({len(manifest.skipped)} skipped)")
+
+
+def _dask_client(address):
+    """A client of the Dask cluster at `address` (started here for local[:N]), or None without --dask."""
+    if address is None:
+        return contextlib.nullcontext()
+    from corgi_io.packing.dask_executor import dask_client
+
+    return dask_client(address, default_workers())

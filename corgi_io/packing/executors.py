@@ -1,4 +1,4 @@
-"""Where the pack's tasks run: this process, a local process pool, or (later) a Dask cluster.
+"""Where the pack's tasks run: this process, a local process pool, or a Dask cluster (dask_executor.py).
 
 An executor runs a module-level task function (`encode.write_shard`) over small picklable tasks
 and yields the small results as the tasks finish, in any order; the pipeline never depends on
@@ -13,12 +13,15 @@ The first task that fails raises in the driver, and no further task starts.
 Progress: a task calls `report(samples, nbytes)` as it goes; an executor that can relay these
 calls to the driver passes them to `progress(samples, nbytes)` live.  One that cannot (a remote
 worker) calls ``progress(*result.progress)`` when each task's result arrives instead.
+
+`open_executor` picks one: a Dask client when given (imported only then), else the local pool.
 """
 from __future__ import annotations
 
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, wait
 
+from corgi_io.errors import PackError
 from corgi_io.packing.worker_pool import worker_pool
 
 TASKS_AHEAD = 2    # tasks queued per worker process
@@ -42,6 +45,19 @@ def report(samples: int, nbytes: int) -> None:
 def _count_into(counter) -> None:
     global _sink
     _sink = counter
+
+
+def open_executor(workers: int, client=None):
+    """The executor for `workers` local processes, or for the Dask cluster of `client` (a
+    ``distributed.Client``; `workers` must then be left at 1: the cluster's workers write)."""
+    if client is None:
+        return LocalExecutor(workers)
+    if workers != 1:
+        raise PackError(f"workers={workers} is for the local pool; with a Dask client the cluster's workers "
+                        "write the shards (size the cluster instead)")
+    from corgi_io.packing.dask_executor import DaskExecutor
+
+    return DaskExecutor(client)
 
 
 class LocalExecutor:

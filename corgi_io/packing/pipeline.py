@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover
 from corgi_io.packing.encode import ShardTask, write_shard
-from corgi_io.packing.executors import LocalExecutor
+from corgi_io.packing.executors import open_executor
 from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress import PackProgress
@@ -42,21 +43,23 @@ __all__ = ["PackOptions", "pack"]
 
 
 def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
-         overwrite: bool = False, progress: bool | None = None):
+         overwrite: bool = False, progress: bool | None = None, client=None):
     """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
 
-    `workers` processes write shards (1: this process).  `progress=None` shows the progress line
-    only on a terminal.  Rerunning after an interruption resumes: finished shards are kept, the
-    rest rewritten.
+    `workers` processes write shards (1: this process), or the workers of a Dask cluster when
+    `client` (a ``distributed.Client``) is given; OUTPUT must then be on a file system that the
+    driver and every worker share, and the shards are the same bytes.  `progress=None` shows the
+    progress line only on a terminal.  Rerunning after an interruption resumes: finished shards
+    are kept, the rest rewritten.
     """
     fmt = get_format(options.format)
     if options.order not in layout.ORDERS:
         raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
     if options.size_fn:
         load_size_fn(options.size_fn)  # fail before any work, not in every task
-    output = Path(output)
+    output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
     try:
-        with PackProgress(progress) as display, LocalExecutor(workers) as executor:
+        with PackProgress(progress) as display, open_executor(workers, client) as executor:
             _pack(Path(source), output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
     except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
         if exc.filename is None:
@@ -123,9 +126,20 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
     head = {"format": options.format, "options": identity, "labels": corpus.labels,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
                   corpus.skipped, finished)
+
+
+def _created():
+    """When the pack was made: now, or SOURCE_DATE_EPOCH (seconds) when set, so that two runs can give
+    byte-identical manifests (the reproducible-builds convention)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None:
+        return None
+    if not epoch.isdigit():
+        raise PackError(f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds")
+    return int(epoch)
 
 
 def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, display) -> dict:

@@ -16,7 +16,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corgi_io.atomic import temp_name
+from corgi_io.atomic import temp_name, writer_id
 from corgi_io.packing.records import ShardDone, save_record
 
 IOV_MAX = 1024  # buffers per writev call (POSIX's minimum for IOV_MAX is 16; Linux allows 1024)
@@ -41,8 +41,8 @@ class ShardFile:
 
     def __init__(self, fmt, path):
         self.fmt, self.path = fmt, Path(path)
-        # pid and a random tag: two attempts at one shard (a task retried elsewhere) never share a file
-        self.temp_path = self.path.with_name(temp_name(self.path.name, f"{os.getpid()}-{secrets.token_hex(4)}"))
+        # host, pid and a random tag: two attempts at one shard (a task retried elsewhere) never share a file
+        self.temp_path = self.path.with_name(temp_name(self.path.name, f"{writer_id()}-{secrets.token_hex(4)}"))
         self.fd = os.open(self.temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         self.size = 0
         self._threads = ThreadPoolExecutor(2, thread_name_prefix="corgi-shard")
