@@ -1,4 +1,5 @@
 """PyTorch loaders: the only part of corgi-io that imports torch."""
+from corgi_io.loaders.collate import PackedBytes, collate_samples
 from corgi_io.loaders.dataset import CorgiPileDataset
 
-__all__ = ["CorgiPileDataset"]
+__all__ = ["CorgiPileDataset", "PackedBytes", "collate_samples"]
