@@ -100,7 +100,7 @@ def _same_shape(name: str, values: list, keys: list) -> list:
     first = values[0]
     for key, value in zip(keys, values):
         if type(value) is not type(first) or value.shape != first.shape:
-            raise BatchError(f"sample {key!r} has {name} of {_describe(value)}, the batch's first sample "
+            raise BatchError(f"sample {key!r} has {name} as {_describe(value)}, the batch's first sample "
                              f"{keys[0]!r} has {_describe(first)}: {_FIX}")
     return values
 
@@ -115,11 +115,13 @@ def _numbers(name: str, values: list, keys: list) -> torch.Tensor:
     except (TypeError, ValueError, RuntimeError):
         key, value = next(((k, v) for k, v in zip(keys, values)
                            if not isinstance(v, (bool, np.bool_, numbers.Number))), (keys[0], first))
-        raise BatchError(f"sample {key!r} has {name} of {_describe(value)}, the batch's first sample "
+        raise BatchError(f"sample {key!r} has {name} as {_describe(value)}, the batch's first sample "
                          f"{keys[0]!r} has {_describe(first)}: pass collate_fn=") from None
 
 
 def _describe(value) -> str:
-    """`shape (64, 80, 3)` for an array or tensor, `type str` for anything else."""
-    shape = getattr(value, "shape", None)
-    return f"shape {tuple(shape)}" if shape is not None else f"type {type(value).__name__}"
+    """`an array of shape (64, 80, 3)`, `a tensor of shape (2,)`, or `a str` (the type of anything else)."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return f"{'a tensor' if isinstance(value, torch.Tensor) else 'an array'} of shape {tuple(value.shape)}"
+    name = type(value).__name__
+    return "None" if value is None else f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
