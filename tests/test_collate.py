@@ -70,3 +70,16 @@ def test_raw_bytes_become_one_buffer_plus_offsets():
         packed[4]
     again = copy.deepcopy(packed)  # the same reduction as between DataLoader processes
     assert list(again) == list(packed) and repr(again) == "PackedBytes(4 items, 10 bytes)"
+
+
+def test_a_batch_sends_its_small_tensors_inline_and_large_ones_through_shared_memory():
+    from corgi_io.loaders.collate import INLINE_BYTES, Batch
+
+    batch = collate_samples([sample(i, torch.zeros(INLINE_BYTES // 2)) for i in range(2)])  # data: 2 x 4 bytes x ...
+    assert isinstance(batch, Batch) and isinstance(batch, dict)
+    rebuild, (fields, inline) = batch.__reduce__()
+    assert inline == ["index", "label", "size"]                      # int64 tensors of 2: as numpy arrays
+    assert isinstance(fields["label"], np.ndarray) and isinstance(fields["data"], torch.Tensor)
+    again = rebuild(fields, inline)
+    assert type(again) is Batch and again["label"].dtype == torch.int64 and again["label"].tolist() == [0, 1]
+    assert again.keys() == batch.keys() and again["data"] is batch["data"]

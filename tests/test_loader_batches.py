@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from corgi_io import BatchError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset, PackedBytes
+from corgi_io.loaders import Batch, CorgiPileDataset, PackedBytes
 from corpus_factory import make_image_corpus, write_text
 
 N_TEXTS = 200
@@ -78,7 +78,8 @@ def test_raw_bytes_cross_two_workers_as_one_buffer(texts):
     ds = CorgiPileDataset(texts, batch_size=16)
     seen = {}
     for batch in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60):
-        assert isinstance(batch["data"], PackedBytes) and len(batch["data"]) == len(batch["key"])
+        assert type(batch) is Batch and isinstance(batch["data"], PackedBytes)
+        assert len(batch["data"]) == len(batch["key"])
         assert batch["label"].dtype == batch["size"].dtype == batch["index"].dtype == torch.int64
         seen.update(zip(batch["key"], batch["data"]))
     assert seen == expected
