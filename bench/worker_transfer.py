@@ -13,7 +13,9 @@ Under "corgipile" a known batch size also composes size-balanced batches inside 
 
 Corpus: long-tailed JPEGs (bench/_corpus.py), bytes only, one wds pack, 2 workers, whole epochs,
 warm page cache and evicted (POSIX_FADV_DONTNEED).  Contenders are interleaved within each round;
-each line is the median of --rounds rounds, with its ratio against the baseline of the same rounds.
+each line is the median of --rounds rounds, with its ratio against the baseline of the same rounds,
+and the CPU time per sample of the main process and its workers together (less sensitive than
+wall time to other load on a shared machine).
 
     python bench/worker_transfer.py [--n 20000] [--rounds 5] [--workers 2] [--batch-size 64] [--shuffle block]
                                     [--corpus DIR]
@@ -21,6 +23,7 @@ each line is the median of --rounds rounds, with its ratio against the baseline 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -67,17 +70,26 @@ def plan_seconds(root, batch_size, workers: int, shuffle: str) -> float:
     return time.perf_counter() - start
 
 
-def epoch_rate(make) -> float:
-    """Samples per second of one whole epoch of a fresh loader, worker start-up included."""
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the DataLoader's workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def epoch_rate(make) -> tuple:
+    """(samples per second, CPU microseconds per sample) of one whole epoch of a fresh loader, start-up included."""
     count = 0
-    start = time.perf_counter()
-    for batch in make():
+    start, cpu = time.perf_counter(), cpu_seconds()
+    loader = make()
+    for batch in loader:
         count += len(batch) if isinstance(batch, list) else len(batch["key"])
-    return count / (time.perf_counter() - start)
+    del loader  # its workers exit and are reaped, so their CPU time is counted
+    wall = time.perf_counter() - start
+    return count / wall, 1e6 * (cpu_seconds() - cpu) / count
 
 
 def measure(makers: dict, rounds: int, before=None) -> dict:
-    """name -> per-round samples/s, the contenders interleaved within each round."""
+    """name -> per-round (samples/s, CPU us per sample), the contenders interleaved within each round."""
     runs = {name: [] for name in makers}
     for _ in range(rounds):
         for name, make in makers.items():
@@ -88,12 +100,15 @@ def measure(makers: dict, rounds: int, before=None) -> dict:
 
 
 def report(cache: str, runs: dict, mean_bytes: float) -> None:
-    base = runs[BASELINE]
-    for name, rates in runs.items():
+    base = [rate for rate, _ in runs[BASELINE]]
+    for name, results in runs.items():
+        rates = [rate for rate, _ in results]
         ratios = sorted(r / b for r, b in zip(rates, base))
         median = statistics.median(rates)
+        cpu = statistics.median(c for _, c in results)
         print(f"worker_transfer {cache:4s} {name:56s} {median:8.0f} samples/s {median * mean_bytes / 1e6:7.1f} MB/s "
-              f"ratio {median / statistics.median(base):5.2f}x vs baseline (per-round {ratios[0]:.2f}..{ratios[-1]:.2f})")
+              f"ratio {median / statistics.median(base):5.2f}x vs baseline (per-round {ratios[0]:.2f}..{ratios[-1]:.2f}) "
+              f"CPU {cpu:5.1f} us/sample")
 
 
 def main():
