@@ -124,3 +124,20 @@ def test_images_of_different_sizes_name_the_sample_that_broke_the_stack(images):
         next(iter(ds))
     with pytest.raises(BatchError, match="PIL image"):
         next(iter(CorgiPileDataset(images, batch_size=4, decode="pil")))
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_len_is_right_with_uneven_partitions(tmp_path, batch_size, drop_last):
+    for i in range(40):
+        write_text(tmp_path / "corpus" / f"c{i % 2}" / f"t{i:03d}.txt", 3 + i % 5, seed=i)
+    pack(tmp_path / "corpus", tmp_path / "pack", PackOptions(block_samples=4, shard_bytes=300), progress=False)
+    shards = [s.path for s in CorgiPileDataset(tmp_path / "pack").manifest.shards]
+    assert len(shards) >= 4
+    partitions = {0: shards[:1], 1: shards[1:]}  # rank 0 owns 4 samples, rank 1 the other 36
+    samples = 4 if drop_last else 36             # the smallest partition's count, or the largest's (padding)
+    expected = samples if batch_size is None else samples // 3 if drop_last else -(-samples // 3)
+    for rank in range(2):
+        ds = CorgiPileDataset(tmp_path / "pack", rank=rank, world_size=2, partitions=partitions,
+                              batch_size=batch_size, drop_last=drop_last)
+        assert len(ds) == len(list(ds)) == expected

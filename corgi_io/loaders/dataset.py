@@ -17,7 +17,8 @@ import torch
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSpec, block_order, block_pieces,
-                               buffer_plan, check_mode, fit_cost, rank_plan, samples_per_rank, worker_share)
+                               buffer_plan, check_mode, fit_cost, piece_counts, rank_plan, samples_per_rank,
+                               worker_share)
 from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
                                       skip_consumed, worker_state)
 from corgi_io.errors import CorruptDataError, ResumeError, plain_message
@@ -158,7 +159,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch, or its batches with `batch_size` (the same on every rank)."""
-        samples = samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
+        if self.block_owner is None:
+            samples = samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
+        else:  # partitions: the largest partition's count (the smallest with drop_last), as the plan has it
+            samples = int(piece_counts(self.rank_pieces()).sum())
         if self.batch_size is None:
             return samples
         return samples // self.batch_size if self.drop_last else -(-samples // self.batch_size)
