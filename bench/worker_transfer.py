@@ -107,8 +107,8 @@ def report(cache: str, runs: dict, mean_bytes: float) -> None:
         median = statistics.median(rates)
         cpu = statistics.median(c for _, c in results)
         print(f"worker_transfer {cache:4s} {name:56s} {median:8.0f} samples/s {median * mean_bytes / 1e6:7.1f} MB/s "
-              f"ratio {median / statistics.median(base):5.2f}x vs baseline (per-round {ratios[0]:.2f}..{ratios[-1]:.2f}) "
-              f"CPU {cpu:5.1f} us/sample")
+              f"ratio {median / statistics.median(base):5.2f}x vs baseline "
+              f"(per-round {ratios[0]:.2f}..{ratios[-1]:.2f}) CPU {cpu:5.1f} us/sample")
 
 
 def main():
@@ -130,9 +130,9 @@ def main():
         pack(corpus, root, PackOptions(format="wds", shard_bytes=64 << 20), workers=2, progress=False)
     manifest = open_manifest(root)
     mean_bytes = float(manifest.samples.bytes.mean())
-    print(f"# {manifest.num_samples} JPEGs, {manifest.samples.bytes.sum() / 1e6:.0f} MB, {len(manifest.blocks)} blocks; "
-          f"DataLoader num_workers={args.workers}, batches of {args.batch_size}, shuffle={args.shuffle!r}, whole epochs, "
-          f"median of {args.rounds} interleaved rounds")
+    print(f"# {manifest.num_samples} JPEGs, {manifest.samples.bytes.sum() / 1e6:.0f} MB, {len(manifest.blocks)} "
+          f"blocks; DataLoader num_workers={args.workers}, batches of {args.batch_size}, shuffle={args.shuffle!r}, "
+          f"whole epochs, median of {args.rounds} interleaved rounds")
     plans = [plan_seconds(root, size, args.workers, args.shuffle) for size in (None, args.batch_size)]
     print(f"# buffer plans of one rank's workers per epoch: {plans[0]:.3f} s over samples, {plans[1]:.3f} s with "
           f"batch_size={args.batch_size} ({1e6 * (plans[1] - plans[0]) / manifest.num_samples:.1f} us per sample more)")

@@ -119,8 +119,9 @@ def test_decoded_images_stack_with_a_fixed_size_transform(images):
 
 def test_images_of_different_sizes_name_the_sample_that_broke_the_stack(images):
     ds = CorgiPileDataset(images, batch_size=12, decode="rgb")
-    with pytest.raises(BatchError, match=r"sample '\w+/\d+' has data as a tensor of shape \(\d+, \d+, 3\), the batch's "
-                                         r"first sample '\w+/\d+' has a tensor of shape .*resize transform.*collate_fn="):
+    with pytest.raises(BatchError, match=r"sample '\w+/\d+' has data as a tensor of shape \(\d+, \d+, 3\), "
+                                         r"the batch's first sample '\w+/\d+' has a tensor of shape "
+                                         r".*resize transform.*collate_fn="):
         next(iter(ds))
     with pytest.raises(BatchError, match="PIL image"):
         next(iter(CorgiPileDataset(images, batch_size=4, decode="pil")))

@@ -89,7 +89,8 @@ def loader(ds, workers: int, batch: int = 4, cls=StatefulDataLoader):
     """Batches of 4: the dataset's own (batch mode, collate_samples) or the DataLoader's over samples."""
     if ds.batch_size is not None:
         return cls(ds, batch_size=None, num_workers=workers)
-    return cls(ds, batch_size=batch, num_workers=workers, collate_fn=lambda samples: {"key": [s["key"] for s in samples]})
+    return cls(ds, batch_size=batch, num_workers=workers,
+               collate_fn=lambda samples: {"key": [s["key"] for s in samples]})
 
 
 def batches_after(root, saved, n_skip, workers, epoch=1, **options) -> tuple:

@@ -27,7 +27,8 @@ def worker_counts(num_samples: int, num_workers: int, batch_size: int = 1, drop_
     return counts
 
 
-def split_workers(pieces: np.ndarray, num_workers: int, batch_size: int = 1, drop_last: bool = False) -> list[np.ndarray]:
+def split_workers(pieces: np.ndarray, num_workers: int, batch_size: int = 1,
+                  drop_last: bool = False) -> list[np.ndarray]:
     """Cut a rank's pieces (read order) into ``max(1, num_workers)`` contiguous
     runs with ``worker_counts`` samples each (``num_workers=0`` is the main
     process alone). Splitting by samples, not blocks, keeps the counts exact at
@@ -38,7 +39,8 @@ def split_workers(pieces: np.ndarray, num_workers: int, batch_size: int = 1, dro
 
 def worker_share(pieces: np.ndarray, num_workers: int, worker: int, batch_size: int = 1,
                  drop_last: bool = False) -> np.ndarray:
-    """Worker ``worker``'s run of ``split_workers(pieces, num_workers, batch_size, drop_last)``, cutting only its own."""
+    """Worker ``worker``'s run of ``split_workers(pieces, num_workers, batch_size, drop_last)``, cutting only
+    its own."""
     pieces = np.asarray(pieces, dtype=np.int64).reshape(-1, 3)
     counts = worker_counts(int(piece_counts(pieces).sum()), num_workers, batch_size, drop_last)
     bounds = np.concatenate(([0], np.cumsum(counts)))
