@@ -15,13 +15,13 @@ import importlib
 import sys
 import types
 
-from corgi_io.errors import (BadInput, CorgiError, CorpusError, CorruptDataError, FormatError, ManifestError,
-                             PackError, ResumeError, StorageError)
+from corgi_io.errors import (BadInput, BatchError, CorgiError, CorpusError, CorruptDataError, FormatError,
+                             ManifestError, PackError, ResumeError, StorageError)
 
 _LAZY = {"Manifest": "corgi_io.manifest", "open_manifest": "corgi_io.manifest", "PackOptions": "corgi_io.packing",
          "pack": "corgi_io.packing", "verify": "corgi_io.verify"}
 
-__all__ = ["BadInput", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "ManifestError", "PackError",
+__all__ = ["BadInput", "BatchError", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "ManifestError", "PackError",
            "ResumeError", "StorageError", *_LAZY]
 __version__ = "0.1.0"
 

@@ -15,6 +15,7 @@ written against those keeps working.
     ├── PackError         a pack that cannot proceed
     ├── CorruptDataError  bytes read by the loader that fail their checksum or their decoder
     ├── ResumeError       a saved loader state that does not fit this dataset
+    ├── BatchError        samples that do not collate into one batch (names the sample's key)
     └── StorageError      a read or write that failed (also an OSError)
 """
 from __future__ import annotations
@@ -65,6 +66,10 @@ class CorruptDataError(CorgiError, ValueError):
 
 class ResumeError(CorgiError, ValueError):
     """A saved loader state that cannot resume this dataset: another pack, seed, shuffle or batch size."""
+
+
+class BatchError(CorgiError, ValueError):
+    """Samples that cannot form one batch (shapes or types that do not stack); names the sample's key."""
 
 
 class StorageError(CorgiError, OSError):

@@ -1,7 +1,9 @@
 """Launched by tests/test_torchrun.py under `torchrun --nproc_per_node=2`: a tiny DDP model on CPU (gloo).
 
-Each rank trains for --epochs over a CorgiPileDataset and writes, per epoch, its step count
-and the keys it saw to OUT/rank<r>.json, so the test can check equal steps and coverage.
+Each rank trains for --epochs over a CorgiPileDataset in batch mode (the dataset yields collated
+batches of --batch-size; the DataLoader's batch_size is None) and writes its len(loader) and, per
+epoch, its step count and the keys it saw to OUT/rank<r>.json, so the test can check that the
+steps are len(loader) on every rank, and coverage.
 With --stop-after N every rank stops after N steps of the first epoch and saves its
 StatefulDataLoader state to OUT/state-rank<r>.json (a preemption); with --resume-from FILE
 every rank loads that one saved state (elastic: the world size may differ) and finishes the epoch.
@@ -37,8 +39,8 @@ def main():
         dataset.load_state_dict(json.loads(args.resume_from.read_text()))
     model = DistributedDataParallel(torch.nn.Linear(1, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    report = {"len": len(dataset), "epochs": []}
-    loader = StatefulDataLoader(dataset, batch_size=args.batch_size, num_workers=2, persistent_workers=True)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    report = {"len": len(loader), "epochs": []}
     for epoch in range(args.epochs):
         if not args.resume_from:
             dataset.set_epoch(epoch)

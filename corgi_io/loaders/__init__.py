@@ -6,6 +6,7 @@ except ModuleNotFoundError as exc:
         raise
     raise ModuleNotFoundError("corgi_io.loaders needs PyTorch: pip install 'corgi-io[torch]'", name="torch") from None
 
+from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
 from corgi_io.loaders.dataset import CorgiPileDataset
 
-__all__ = ["CorgiPileDataset"]
+__all__ = ["Batch", "CorgiPileDataset", "PackedBytes", "collate_samples"]

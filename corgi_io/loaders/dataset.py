@@ -7,6 +7,7 @@ ranged read, ahead of the consumer, and the samples come out in the plan's order
 """
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 
@@ -16,13 +17,15 @@ import torch
 from corgi_io.block_reader import BlockReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSpec, block_order, block_pieces,
-                               buffer_plan, check_mode, fit_cost, rank_plan, samples_per_rank, worker_share)
+                               buffer_plan, check_mode, fit_cost, piece_counts, rank_plan, samples_per_rank,
+                               worker_share)
 from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
                                       skip_consumed, worker_state)
 from corgi_io.schedule.modes import check_at_least
 from corgi_io.errors import CorruptDataError, ResumeError, plain_message
 from corgi_io.storage import open_storage
 
+from .collate import collate_samples
 from .decode import DEFAULT_MAX_PIXELS, get_decoder
 from .distributed import gather_cost_models, rank_and_world, worker_and_count
 from .shared_epoch import SharedEpoch
@@ -50,15 +53,27 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     `balance`: "count" (equal samples), "size" (equal samples and equal size sums), or
     "dynamic" (equal samples, size budgets proportional to each rank's measured speed:
     report steps with `observe`; ranks exchange their fits at `set_epoch`).
-    `batch_size` (corgipile only) composes size-balanced batches inside each buffer; use
-    the same batch size in the DataLoader.  `partitions` maps rank -> shard paths so a
-    rank reads only its own shards (node-local data); counts stay equal.
+    `partitions` maps rank -> shard paths so a rank reads only its own shards (node-local
+    data); counts stay equal.
+
+    Batches: with `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)`
+    (default `collate_samples`: equal-shape arrays stacked, so decode to a fixed size with a
+    resize `transform`), and `len(self)` is the batches per rank, ``ceil(samples / B)``, or
+    ``floor`` with `drop_last` (which then also drops each rank's partial batch).  Use it as
+    ``DataLoader(dataset, batch_size=None, num_workers=K)``: every worker gets whole batches
+    but at most one per rank, so `len(loader)` is the number of batches that come out and every
+    rank steps the same number of times.  Under "corgipile" the batches are size-balanced
+    inside each buffer; in the other modes they are runs of consecutive samples.  One batch
+    crosses the worker queue as one object (raw bytes as one buffer, `PackedBytes`).
+    Without `batch_size`, `DataLoader(dataset, batch_size=B, num_workers=K)` batches each
+    worker's samples separately: each worker may end with a partial batch, so up to K - 1 more
+    batches come out than `len(loader)` says; pass `batch_size` to the dataset instead.
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
                  rank=None, world_size=None, drop_last: bool = False, decode=None, transform=None,
                  prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
-                 partitions: dict | None = None, read_threads: int | None = None,
+                 collate_fn=collate_samples, partitions: dict | None = None, read_threads: int | None = None,
                  storage_options: dict | None = None, verify_reads: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS):
         super().__init__()
@@ -66,13 +81,15 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         check_mode("balance", balance, BALANCE_MODES)
         for name, value, least in (("buffer_blocks", buffer_blocks, 1), ("prefetch_blocks", prefetch_blocks, 0)):
             check_at_least(name, value, least)
-        if batch_size is not None and shuffle != "corgipile":
-            raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
-                             "shuffle='corgipile'")
+        if batch_size is not None:
+            check_at_least("batch_size", batch_size, 1)
+        if batch_size is None and collate_fn is not collate_samples:
+            raise ValueError("collate_fn= collates the dataset's batches: it needs batch_size=")
         self.manifest = open_manifest(source, storage_options)
         self.shuffle, self.buffer_blocks, self.seed = shuffle, int(buffer_blocks), int(seed)
         self.rank, self.world_size = rank_and_world(rank, world_size)
-        self.drop_last, self.balance, self.batch_size = drop_last, balance, batch_size
+        self.drop_last, self.balance = drop_last, balance
+        self.batch_size, self.collate_fn = None if batch_size is None else int(batch_size), collate_fn
         self.decode, self.transform = get_decoder(decode, max_pixels), transform
         self.verify_reads = verify_reads
         self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
@@ -144,8 +161,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.rank_pieces()  # plan this rank once, here: workers started after this inherit it
 
     def __len__(self) -> int:
-        """Samples this rank yields per epoch (the same on every rank)."""
-        return samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
+        """Samples this rank yields per epoch, or its batches with `batch_size` (the same on every rank)."""
+        if self.block_owner is None:
+            samples = samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
+        else:  # partitions: the largest partition's count (the smallest with drop_last), as the plan has it
+            samples = int(piece_counts(self.rank_pieces()).sum())
+        if self.batch_size is None:
+            return samples
+        return samples // self.batch_size if self.drop_last else -(-samples // self.batch_size)
 
     def _spec(self, world_size: int | None = None, balance: str | None = None) -> EpochSpec:
         """The options this epoch's plan is a function of (this world by default)."""
@@ -154,7 +177,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             balance = self.balance if self.balance != "dynamic" or self.cost_model is not None else "size"
         return EpochSpec(world_size or self.world_size, seed=self.seed, epoch=self.epoch, balance=balance,
                          drop_last=self.drop_last, shuffle=self.shuffle, buffer_pieces=self.buffer_blocks,
-                         window_samples=max(1, window), batch_size=self.batch_size)
+                         window_samples=max(1, window),
+                         batch_size=self.batch_size if self.shuffle == "corgipile" else None)
 
     def rank_pieces(self, table=None, world_size: int | None = None, rank: int | None = None) -> np.ndarray:
         """A rank's pieces (this rank of this world by default) for the current epoch, computed once per epoch.
@@ -178,8 +202,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         return np.column_stack([table[pieces[:, 0], 0], pieces[:, 1:]]) if len(pieces) else pieces
 
     def worker_pieces(self, worker: int, num_workers: int, table=None, world_size=None, rank=None):
-        """The pieces one DataLoader worker of a rank reads this epoch (see `rank_pieces`)."""
-        return worker_share(self.rank_pieces(table, world_size, rank), num_workers, worker)
+        """The pieces one DataLoader worker of a rank reads this epoch (see `rank_pieces`): whole batches
+        with `batch_size`, all but at most one worker."""
+        return worker_share(self.rank_pieces(table, world_size, rank), num_workers, worker,
+                            self.batch_size or 1, self.drop_last)
 
     def _shuffles_blocks(self) -> bool:
         return self._spec().shuffle_blocks
@@ -264,6 +290,17 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         return table
 
     def __iter__(self):
+        """This worker's samples of the epoch, or its collated batches with `batch_size`."""
+        samples = self._samples()
+        return samples if self.batch_size is None else self._batches(samples)
+
+    def _batches(self, samples):
+        """`collate_fn` of each run of `batch_size` samples; the worker's count is whole batches but for the
+        rank's last one.  `_yielded` counts samples: it is a batch boundary whenever a batch is out."""
+        while batch := list(itertools.islice(samples, self.batch_size)):
+            yield self.collate_fn(batch)
+
+    def _samples(self):
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
         reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
