@@ -79,10 +79,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         super().__init__()
         check_mode("shuffle", shuffle, SHUFFLE_MODES)
         check_mode("balance", balance, BALANCE_MODES)
-        for name, value, least in (("buffer_blocks", buffer_blocks, 1), ("prefetch_blocks", prefetch_blocks, 0)):
+        for name, value, least in (("buffer_blocks", buffer_blocks, 1), ("prefetch_blocks", prefetch_blocks, 0),
+                                   ("batch_size", batch_size, 1)):
             check_at_least(name, value, least)
-        if batch_size is not None:
-            check_at_least("batch_size", batch_size, 1)
         if batch_size is None and collate_fn is not collate_samples:
             raise ValueError("collate_fn= collates the dataset's batches: it needs batch_size=")
         self.manifest = open_manifest(source, storage_options)
