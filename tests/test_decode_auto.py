@@ -1,6 +1,7 @@
 """Mixed packs: every sample carries its kind and extension, and decode="auto" picks the decoder by kind."""
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import unquote
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from corgi_io import CorruptDataError
+from corgi_io import CorruptDataError, PackOptions, pack
 from corgi_io.loaders import AutoDecoder, CorgiPileDataset, VideoDecoder
 
 pytest.importorskip("av", reason="pip install 'corgi-io[video]'")
@@ -60,3 +61,15 @@ def test_an_image_decoder_on_a_mixed_pack_names_the_key_and_kind_it_cannot_decod
     message = str(info.value)
     assert f"sample {first_other['key']!r} ({first_other['kind']}): cannot decode (UnidentifiedImageError" in message
     assert info.value.key == first_other["key"] and "\n" not in message
+
+
+def test_the_example_corpus_has_animal_labels_for_every_kind_and_decodes_with_auto(tmp_path):
+    corpus = Path(__file__).resolve().parents[1] / "examples" / "corpus"
+    pack(corpus, tmp_path / "pack", PackOptions(), progress=False)
+    dataset = CorgiPileDataset(tmp_path / "pack", decode="auto")
+    assert dataset.manifest.labels == ["bird", "cat", "dog"] and not dataset.manifest.skipped
+    kinds_per_label = {}
+    for sample in dataset:
+        kinds_per_label.setdefault(dataset.manifest.labels[sample["label"]], set()).add(sample["kind"])
+        assert isinstance(sample["data"], str) == (sample["kind"] == "text")
+    assert kinds_per_label == {label: {"image", "video", "text"} for label in ("bird", "cat", "dog")}
