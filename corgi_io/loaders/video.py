@@ -43,6 +43,27 @@ def _frame_count(data: bytes, stream) -> int:
         return sum(1 for packet in container.demux(video=0) if packet.size)
 
 
+def _numbered_frames(container, stream, needed: set):
+    """(frame number, decoded frame or None) of every frame in order: None for one skipped undecoded.
+
+    An intra-only codec (MJPEG, raw video) codes every frame alone in one packet, so only the
+    frames in `needed` are decoded.  Other codecs decode every frame (frame-threaded), since a
+    frame depends on the frames before it.
+    """
+    if not stream.codec_context.codec.intra_only:
+        stream.thread_type = "AUTO"
+        yield from enumerate(container.decode(stream))
+        return
+    for number, packet in enumerate(packet for packet in container.demux(stream) if packet.size):
+        if number not in needed:
+            yield number, None
+            continue
+        decoded = packet.decode()
+        if len(decoded) != 1:
+            raise ValueError(f"frame {number}: an intra-only packet decoded to {len(decoded)} frames")
+        yield number, decoded[0]
+
+
 def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=None) -> np.ndarray:
     """Decode the clip's frames from `data` into a (frames, H, W, 3) uint8 array (see the module docstring).
 
@@ -50,6 +71,7 @@ def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=N
     or one that ends before the frames its header promised; PyAV's errors pass through.
     """
     import av
+    from av.video.reformatter import VideoReformatter
 
     with av.open(io.BytesIO(data)) as container:
         if not container.streams.video:
@@ -64,13 +86,14 @@ def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=N
             raise ValueError(f"video stream of {total} frames of {width}x{height}")
         indices = frame_indices(total, frames, clip, rng)
         out = np.empty((frames, height, width, 3), dtype=np.uint8)
+        to_rgb = VideoReformatter()  # one converter for the clip: a new one per frame costs about as much as decoding
         number = -1
-        for number, frame in enumerate(container.decode(stream)):
+        for number, frame in _numbered_frames(container, stream, set(indices.tolist())):
             lo, hi = np.searchsorted(indices, (number, number + 1)).tolist()  # the clip slots showing this frame
             if hi > lo:
                 if (frame.width, frame.height) != (width, height):
                     raise ValueError(f"frame {number} is {frame.width}x{frame.height}, the stream {width}x{height}")
-                out[lo:hi] = frame.to_ndarray(format="rgb24")
+                out[lo:hi] = to_rgb.reformat(frame, format="rgb24").to_ndarray()
             if number == indices[-1]:
                 return out
     raise ValueError(f"the video ends after {number + 1} frames; its header says {total}")
