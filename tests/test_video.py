@@ -144,3 +144,16 @@ def test_video_decoder_options_are_checked():
         VideoDecoder(clip="middle")
     with pytest.raises(ValueError, match="frames must be a positive int"):
         VideoDecoder(frames=0)
+
+
+def test_random_clips_are_the_same_in_dataloader_workers_as_in_process(video_pack):
+    root, _ = video_pack
+    dataset = CorgiPileDataset(root, decode=VideoDecoder(frames=4, clip="random"), seed=5)
+    dataset.set_epoch(1)
+    # forked after this process decoded (and kept tracebacks of) earlier clips: a threaded RGB converter
+    # freed in a worker used to hang it; the timeout turns such a hang into a failure
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60)
+    in_workers = {f"{s['key']}.{s['ext']}": s["data"] for s in loader}
+    in_process = random_clips(root, seed=5, epoch=1)
+    assert in_workers.keys() == in_process.keys()
+    assert all(torch.equal(in_workers[rel], in_process[rel]) for rel in in_process)

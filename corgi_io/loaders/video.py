@@ -11,6 +11,11 @@ changes from epoch to epoch.  A video shorter than T frames repeats its frames i
 (each held for about T/n clip frames, like a slowed-down video); it is never padded with blank
 frames.  Frames are decoded in order up to the last one the clip needs.
 
+Threads: inter-coded videos decode with FFmpeg's frame threads (joined when the container
+closes); intra-only ones (MJPEG) decode only the frames the clip needs.  The RGB conversion uses
+one converter per clip, on one thread: a converter with a thread pool that is still referenced
+(by a traceback, say) when a DataLoader forks its workers hangs the worker that frees it.
+
 Memory bound: before any frame is decoded, a clip whose T x H x W (from the stream header)
 exceeds `max_pixels` is refused, so the clip never holds more than 3 * max_pixels bytes.
 """
@@ -86,14 +91,14 @@ def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=N
             raise ValueError(f"video stream of {total} frames of {width}x{height}")
         indices = frame_indices(total, frames, clip, rng)
         out = np.empty((frames, height, width, 3), dtype=np.uint8)
-        to_rgb = VideoReformatter()  # one converter for the clip: a new one per frame costs about as much as decoding
+        to_rgb = VideoReformatter()  # one converter per clip, one thread: see the module docstring
         number = -1
         for number, frame in _numbered_frames(container, stream, set(indices.tolist())):
             lo, hi = np.searchsorted(indices, (number, number + 1)).tolist()  # the clip slots showing this frame
             if hi > lo:
                 if (frame.width, frame.height) != (width, height):
                     raise ValueError(f"frame {number} is {frame.width}x{frame.height}, the stream {width}x{height}")
-                out[lo:hi] = to_rgb.reformat(frame, format="rgb24").to_ndarray()
+                out[lo:hi] = to_rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
             if number == indices[-1]:
                 return out
     raise ValueError(f"the video ends after {number + 1} frames; its header says {total}")
