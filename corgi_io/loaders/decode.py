@@ -7,7 +7,7 @@ packs that mix images, videos and texts.
 Image decoders refuse a decompression bomb before they allocate: the header gives the size,
 and an image of more than `max_pixels` pixels (Pillow's own limit by default) is refused.
 A decoder raises whatever its library raises; the dataset turns any failure into a
-CorruptDataError that names the sample's key and shard.
+CorruptDataError that names the sample's key, kind and shard.
 """
 from __future__ import annotations
 
