@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from corgi_io.manifest import Manifest
+from corgi_io.manifest import KINDS, Manifest
 from corgi_io.read_checks import PieceVerifier
 
 
@@ -45,7 +45,7 @@ class BlockReader:
         return self.manifest.shards[int(s.shard[start])].path, offset, int(s.offset[stop - 1] + s.length[stop - 1]) - offset
 
     def samples(self, plan):
-        """Yield sample dicts (index, key, label, size, data) in the plan's order, reading every piece once.
+        """Yield sample dicts (index, key, label, size, kind, ext, data) in the plan's order, reading every piece once.
 
         A sample listed twice (padding can repeat one on a worker) is yielded as two distinct dicts.
         """
@@ -106,14 +106,16 @@ class BlockReader:
         m, s = self.manifest, self.manifest.samples
         _, start, stop = (int(x) for x in piece)
         begins = (s.data_offset[start:stop] - s.offset[start]).tolist()
+        kinds = [KINDS[k] for k in s.kind[start:stop].tolist()]
+        exts = [m.extensions[e] for e in s.ext[start:stop].tolist()]
         added = 0
-        for index, key, label, size, begin, nbytes in zip(range(start, stop), m.keys(start, stop),
-                                                          s.label[start:stop].tolist(), s.size[start:stop].tolist(),
-                                                          begins, s.bytes[start:stop].tolist()):
+        for index, key, label, size, begin, nbytes, kind, ext in zip(
+                range(start, stop), m.keys(start, stop), s.label[start:stop].tolist(), s.size[start:stop].tolist(),
+                begins, s.bytes[start:stop].tolist(), kinds, exts):
             if index in resident:
                 repeats[index] = repeats.get(index, 0) + 1
                 continue
-            resident[index] = {"index": index, "key": key, "label": label, "size": size,
+            resident[index] = {"index": index, "key": key, "label": label, "size": size, "kind": kind, "ext": ext,
                                "data": data[begin:begin + nbytes]}
             added += nbytes
         return added

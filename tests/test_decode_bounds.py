@@ -76,11 +76,11 @@ def test_max_pixels_is_the_bound_for_pil_and_rgb(bombs):
             decode_one(bombs, "img/small", decode=decode, max_pixels=34)
 
 
-def test_a_decode_failure_names_the_key_and_the_shard(bombs):
+def test_a_decode_failure_names_the_key_the_kind_and_the_shard(bombs):
     with pytest.raises(CorruptDataError) as info:
         decode_one(bombs, "img/note", decode="pil")
     message = str(info.value)
-    assert "'img/note'" in message and "shard-000000.tar" in message and "UnidentifiedImageError" in message
+    assert "'img/note' (text)" in message and "shard-000000.tar" in message and "UnidentifiedImageError" in message
     assert "\n" not in message and "0x" not in message  # no object repr such as <_io.BytesIO object at 0x...>
     assert isinstance(info.value.__cause__, Exception)  # the decoder's own error stays attached
 
@@ -89,5 +89,6 @@ def test_a_failing_custom_decoder_is_named_too(bombs):
     def explode(data, sample):
         raise RuntimeError("my decoder broke\nsecond line")
 
-    with pytest.raises(CorruptDataError, match="sample 'img/small': cannot decode \\(RuntimeError: my decoder broke\\)$"):
+    with pytest.raises(CorruptDataError,
+                       match="sample 'img/small' \\(image\\): cannot decode \\(RuntimeError: my decoder broke\\)$"):
         decode_one(bombs, "img/small", decode=explode)

@@ -166,3 +166,47 @@ def test_tfrecord_framing_crcs_equal_the_tfrecord_package():
     blob = b"".join(parts)
     assert blob[8:12] == TFRecordWriter.masked_crc(blob[:8])
     assert blob[-4:] == TFRecordWriter.masked_crc(blob[12:-4])
+
+
+def manifest_exts(out: Path) -> dict:
+    """{key: ext} as the manifest records them."""
+    m = open_manifest(out)
+    return {key: m.extensions[int(e)] for key, e in zip(m.keys(), m.samples.ext.tolist())}
+
+
+def test_stock_webdataset_sees_each_samples_ext_as_its_member_suffix(packed_mixed):
+    import webdataset
+
+    out = packed_mixed("wds")
+    urls = sorted(str(p) for p in out.glob("shard-*.tar"))
+    seen = {s["__key__"]: next(k for k in s if not k.startswith("__") and k != "cls")
+            for s in webdataset.WebDataset(urls, shardshuffle=False)}
+    assert seen == manifest_exts(out) and {"jpg", "png", "avi", "mp4", "txt", "md"} <= set(seen.values())
+
+
+def test_stock_tfrecord_package_reads_the_ext_feature(packed_mixed):
+    from tfrecord.reader import tfrecord_loader
+
+    out = packed_mixed("tfrecord")
+    seen = {}
+    for shard in sorted(out.glob("shard-*.tfrecord")):
+        for record in tfrecord_loader(str(shard), None, {"key": "byte", "ext": "byte", "label": "int"}):
+            seen[bytes(record["key"]).decode("utf-8")] = bytes(record["ext"]).decode("utf-8")
+    assert seen == manifest_exts(out) and {"jpg", "png", "avi", "mp4", "txt", "md"} <= set(seen.values())
+
+
+def test_tf_data_reads_every_feature_including_ext(packed_mixed):
+    tf = pytest.importorskip("tensorflow", reason="tf.data check: pip install tensorflow-cpu")
+    out = packed_mixed("tfrecord")
+    m = open_manifest(out)
+    spec = {"key": tf.io.FixedLenFeature([], tf.string), "ext": tf.io.FixedLenFeature([], tf.string),
+            "data": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),
+            "size": tf.io.FixedLenFeature([], tf.int64)}
+    paths = [str(out / shard.path) for shard in m.shards]
+    rows = {}
+    for example in tf.data.TFRecordDataset(paths).map(lambda record: tf.io.parse_single_example(record, spec)):
+        rows[example["key"].numpy().decode("utf-8")] = (example["ext"].numpy().decode("utf-8"),
+                                                        int(example["label"]), int(example["size"]))
+    want = {key: (m.extensions[int(e)], int(label), int(size)) for key, e, label, size in
+            zip(m.keys(), m.samples.ext.tolist(), m.samples.label.tolist(), m.samples.size.tolist())}
+    assert rows == want

@@ -1,7 +1,8 @@
 """TFRecord shards: tf.train.Example records with masked CRC32C framing.
 
 Each record is ``uint64 length | masked crc32c(length) | Example bytes | masked crc32c(Example)``
-with features ``key`` (bytes), ``data`` (the original file bytes), ``label`` (int64, -1 when
+with features ``key`` (bytes), ``data`` (the original file bytes), ``ext`` (bytes: the original
+file's lower-case extension without the dot, empty when it had none), ``label`` (int64, -1 when
 unlabeled) and ``size`` (int64).  Each shard gets tfrecord's ``.index`` sidecar
 (``offset length`` per line; `write_sidecars` writes it, `parse_index` reads it back), so
 `tfrecord.torch.TFRecordDataset(path, index_path)` and `tf.data.TFRecordDataset` read our
@@ -40,14 +41,15 @@ def masked_crc(*parts) -> bytes:
 
 def encode(key: str, ext: str, data: bytes, label: int, size: int):
     """Framed record for one sample: (list of byte strings, payload offset in the record)."""
-    example, offsets = encode_example({"key": key.encode("utf-8"), "data": data}, {"label": label, "size": size})
+    example, offsets = encode_example({"key": key.encode("utf-8"), "ext": ext.encode("utf-8"), "data": data},
+                                      {"label": label, "size": size})
     length_bytes = struct.pack("<Q", sum(len(part) for part in example))
     return [length_bytes, masked_crc(length_bytes), *example, masked_crc(*example)], 12 + offsets["data"]
 
 
 def estimate_record_bytes(nbytes, key_bytes):
-    """Record size from payload and key lengths (within a few bytes of protobuf varints)."""
-    return FRAME + nbytes + key_bytes + 80
+    """Record size from payload and key lengths (within a few bytes: varint and extension lengths vary)."""
+    return FRAME + nbytes + key_bytes + 100
 
 
 def write_sidecars(shard_path, offsets, lengths) -> list:

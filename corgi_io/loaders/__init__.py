@@ -8,5 +8,7 @@ except ModuleNotFoundError as exc:
 
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
 from corgi_io.loaders.dataset import CorgiPileDataset
+from corgi_io.loaders.decode import AutoDecoder
+from corgi_io.loaders.video import VideoDecoder
 
-__all__ = ["Batch", "CorgiPileDataset", "PackedBytes", "collate_samples"]
+__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "PackedBytes", "VideoDecoder", "collate_samples"]

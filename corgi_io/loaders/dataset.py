@@ -26,7 +26,7 @@ from corgi_io.errors import CorruptDataError, ResumeError, plain_message
 from corgi_io.storage import open_storage
 
 from .collate import collate_samples
-from .decode import DEFAULT_MAX_PIXELS, get_decoder
+from .decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from .distributed import gather_cost_models, rank_and_world, worker_and_count
 from .shared_epoch import SharedEpoch
 
@@ -34,16 +34,18 @@ _warned_static_fallback = False
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
-    """Samples of a pack as dicts ``{"key", "label", "size", "data", "index"}``, CorgiPile-shuffled by default.
+    """Samples of a pack as dicts ``{"index", "key", "label", "size", "kind", "ext", "data"}``, CorgiPile-shuffled.
 
     `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only),
     "window" (the tf.data/webdataset baseline: a sliding shuffle buffer holding as many
     samples as `buffer_blocks` blocks, over the stored order), "none" (stored order), or
     "full" (per-sample random access, one read per sample).
     `buffer_blocks` pieces form one shuffle buffer; `prefetch_blocks` more are read ahead.
-    `decode`: None (bytes), "pil", "rgb", "text" or a callable(data, sample); `transform`
-    then maps the decoded data.  A decode failure raises CorruptDataError naming the key and
-    shard; "pil" and "rgb" refuse images above `max_pixels` (Pillow's limit by default) before
+    `decode`: None (bytes), "pil", "rgb", "text", "video" (8-frame clips), "auto" (by each
+    sample's kind), or a callable(data, sample) such as `VideoDecoder(frames=16, clip="random")`
+    (see `corgi_io.loaders.decode`); `transform` then maps the decoded data.  A decode failure
+    raises CorruptDataError naming the key, kind and shard; "pil", "rgb" and "video" refuse
+    images (clips: frames x H x W) above `max_pixels` (Pillow's limit by default) before
     decoding them.  Every rank yields exactly `len(self)` samples per epoch.
 
     `verify_reads` (on by default) checks each shard's size on its first read and every
@@ -307,22 +309,23 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.last_reader = reader
         plan, finished, self._yielded = self._epoch_plan(worker, num_workers)
         self._progress = (self.epoch, finished, self.world_size, num_workers, worker)
+        decode = epoch_decoder(self.decode, self.seed, self.epoch)  # random video clips follow (seed, epoch, index)
         for sample in reader.samples(plan):
             self._yielded += 1
-            if self.decode is not None:
-                sample["data"] = self._decoded(sample)
+            if decode is not None:
+                sample["data"] = self._decoded(decode, sample)
             if self.transform is not None:
                 sample["data"] = self.transform(sample["data"])
             yield sample
 
-    def _decoded(self, sample: dict):
-        """The decoder's value for `sample`; any failure becomes a CorruptDataError naming key and shard."""
+    def _decoded(self, decode, sample: dict):
+        """The decoder's value for `sample`; any failure becomes a CorruptDataError naming key, kind and shard."""
         try:
-            return self.decode(sample["data"], sample)
+            return decode(sample["data"], sample)
         except Exception as exc:
             m, index = self.manifest, sample["index"]
             path, offset = m.shards[int(m.samples.shard[index])].path, int(m.samples.data_offset[index])
-            raise CorruptDataError(f"{self.storage.url(path)}: byte offset {offset}: sample {sample['key']!r}: "
-                                   f"cannot decode ({plain_message(exc)})", shard=path, offset=offset,
+            raise CorruptDataError(f"{self.storage.url(path)}: byte offset {offset}: sample {sample['key']!r} "
+                                   f"({sample['kind']}): cannot decode ({plain_message(exc)})", shard=path, offset=offset,
                                    key=sample["key"]) from exc
 
