@@ -12,17 +12,15 @@ The errors are imported at once (they are cheap); everything else on first use (
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 from corgi_io.errors import (BadInput, BatchError, CorgiError, CorpusError, CorruptDataError, FormatError,
                              ManifestError, PackError, ResumeError, StorageError)
 
 _LAZY = {"Manifest": "corgi_io.manifest", "open_manifest": "corgi_io.manifest", "PackOptions": "corgi_io.packing",
-         "pack": "corgi_io.packing", "verify": "corgi_io.verify"}
+         "pack": "corgi_io.packing", "verify": "corgi_io.verification"}
 
-__all__ = ["BadInput", "BatchError", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "ManifestError", "PackError",
-           "ResumeError", "StorageError", *_LAZY]
+__all__ = ["BadInput", "BatchError", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "ManifestError",
+           "PackError", "ResumeError", "StorageError", *_LAZY]
 __version__ = "0.1.0"
 
 
@@ -37,16 +35,3 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted({*globals(), *__all__})
-
-
-class _PublicFace(types.ModuleType):
-    """Keeps `corgi_io.verify` the function: importing the submodule of the same name sets the package's
-    attribute to the module, which would hide the function once anything imports `corgi_io.verify`."""
-
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _PublicFace

@@ -19,7 +19,7 @@ from corgi_io.cli.errors import one_line_errors
 def verify_command(dataset, as_json, max_errors, jobs):
     """Re-read every shard of DATASET and check sizes, checksums, framing and index sidecars."""
     from corgi_io.stats import counted
-    from corgi_io.verify import verify
+    from corgi_io.verification import verify
 
     with one_line_errors():
         report = verify(dataset, max_errors=max_errors, jobs=jobs)
