@@ -48,7 +48,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     `balance`: "count" (equal samples), "size" (equal samples and equal size sums), or
     "dynamic" (equal samples, size budgets proportional to each rank's measured speed:
-    report steps with `observe`; ranks exchange their fits at `set_epoch`).
+    report steps with `observe`; ranks exchange their fits at `set_epoch`).  "size" and
+    "dynamic" need `batch_size` (and shuffle "corgipile"): they balance every step's batch;
+    an epoch balanced only in its sums has steps slower than count balance's.
     `batch_size` (corgipile only) composes size-balanced batches inside each buffer; use
     the same batch size in the DataLoader.  `partitions` maps rank -> shard paths so a
     rank reads only its own shards (node-local data); counts stay equal.
@@ -63,6 +65,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         super().__init__()
         check_mode("shuffle", shuffle, SHUFFLE_MODES)
         check_mode("balance", balance, BALANCE_MODES)
+        if balance != "count" and (batch_size is None or shuffle != "corgipile"):  # else steps are not balanced
+            raise ValueError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
+                             "it needs batch_size= and shuffle='corgipile'")
         if batch_size is not None and shuffle != "corgipile":
             raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
                              "shuffle='corgipile'")

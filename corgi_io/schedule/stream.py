@@ -4,7 +4,8 @@
 (one ranged read each), then yields the samples whose global ids are listed in
 ``order``, in that order. An id in ``order`` may belong to a piece read for an
 earlier buffer (window mode, carried batch remainders), so the loader keeps
-read-but-not-yet-yielded samples, keyed by id, until they are listed. An id may
+read-but-not-yet-yielded samples, keyed by id, until they are listed (heavy samples wait
+for their slot the same way). An id may
 also occur twice in one worker's plan when padding repeats it (rare: padding
 normally lands on another rank), so the loader should count occurrences.
 """
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .batches import balanced_batches
+from .batches import BatchComposer
 from .order import BUFFER, FULL, WINDOW, epoch_rng
 from .modes import SHUFFLE_MODES, check_mode
 from .pieces import piece_samples
@@ -33,7 +34,9 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         worker, buffer index)``. With ``batch_size`` (and ``sizes``) each
         buffer is instead composed into size-balanced batches; the remainder
         is carried into the next buffer, so consecutive groups of
-        ``batch_size`` in the stream are exactly the composed batches.
+        ``batch_size`` in the stream are exactly the composed batches. A
+        sample larger than a whole balanced batch is held for the next heavy
+        slot, a batch index every rank shares (``batches.BatchComposer``).
       - ``"block"`` and ``"none"``: the same groups, samples in piece order.
         (For "none", get natural order from ``assign_ranks(shuffle_blocks=False)``.)
       - ``"window"``: one piece per buffer, samples pushed in piece order into
@@ -64,16 +67,13 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
 def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
     starts = range(0, len(pieces), buffer_pieces)
     target = batch_size * float(sizes[piece_samples(pieces)].mean()) if batch_size and len(pieces) else 0.0
-    carry = np.zeros(0, np.int64)
+    composer = BatchComposer(sizes, batch_size, target) if batch_size else None
     for j, first in enumerate(starts):
         chunk = pieces[first:first + buffer_pieces]
         rng = epoch_rng(*key, j)
         order = rng.permutation(piece_samples(chunk))
-        if batch_size:
-            pool = np.concatenate((carry, order))
-            order, carry = balanced_batches(pool, sizes[pool], batch_size, target, rng)
-            if first + buffer_pieces >= len(pieces):
-                order = np.concatenate((order, carry))
+        if composer:
+            order = composer.compose(order, rng, last=first + buffer_pieces >= len(pieces))
         yield chunk, order
 
 
