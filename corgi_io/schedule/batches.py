@@ -82,26 +82,27 @@ class BatchComposer:
         heavy = self.sizes[pool] > self.target
         self.held, pool = np.concatenate((self.held, pool[heavy])), pool[~heavy]
         at = heavy_slot(self.done) - self.done  # the slot's batch position in this buffer
-        in_range = at < len(pool) // b
-        release = self._release(len(pool), in_range, last)
+        release = self._release(len(pool), at, last)
         by_size = pool[np.argsort(self.sizes[pool], kind="stable")]
         companions, rest = by_size[:(b - 1) * release], by_size[(b - 1) * release:]
         runs = self._heavy_batches(self.held[:release], companions, rng)
         self.held = self.held[release:]
         batched, self.carry = balanced_batches(rest, self.sizes[rest], b, self.target, rng)
-        at = b * min(at, len(batched) // b) if in_range else len(batched)
+        at = b * min(at, len(batched) // b)  # short of the slot only in the last buffer: then at its end
         out = np.concatenate((batched[:at], runs, batched[at:]))
         if last:
             out, self.carry = np.concatenate((out, self.carry)), self.carry[:0]
         self.done += len(out) // b
         return out
 
-    def _release(self, pool_size: int, in_range: bool, last: bool) -> int:
-        """How many held samples this buffer releases: every one at the last buffer; at a slot, as many
-        as the buffer has ``B - 1`` companions for; none elsewhere."""
-        if last or (in_range and self.batch_size == 1):
+    def _release(self, pool_size: int, at: int, last: bool) -> int:
+        """How many held samples this buffer releases: every one at the last buffer; when the buffer's
+        batches reach the slot (``at`` batches precede it), as many as the samples after those batches
+        give ``B - 1`` companions each; none otherwise."""
+        room = pool_size - self.batch_size * at
+        if last or (room >= 0 and self.batch_size == 1):
             return len(self.held)
-        return min(len(self.held), pool_size // (self.batch_size - 1)) if in_range else 0
+        return min(len(self.held), room // (self.batch_size - 1)) if room >= 0 else 0
 
     def _heavy_batches(self, heavy: np.ndarray, companions: np.ndarray, rng) -> np.ndarray:
         """Each heavy sample followed by its ``B - 1`` companions, the batches' members shuffled; when
