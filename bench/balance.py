@@ -95,7 +95,7 @@ def compare(name: str, case: tuple, world_size: int, args, speed_target: bool) -
                 + f" max {step['max']:.3f}  time "
                 + (f"{speedup:.2f}x faster than count" if label != "count" else "1.00x (baseline)"))
         if sized:  # simulate's own baseline is count with the same balanced batches
-            line += f" (>= count+batches {mark(sim['speedup'] >= 1.0)})"
+            line += f" ({sim['speedup']:.3f}x count+batches: >= 1 {mark(sim['speedup'] >= 1.0)})"
         if sized and speed_target:
             line += f" (>= {TARGET_SPEEDUP}x {mark(speedup >= TARGET_SPEEDUP)})"
         print(line, flush=True)

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from corgi_io.schedule import BlockTable, EpochSpec, simulate
+from corgi_io.schedule import piece_samples
 from corgi_io.schedule.batches import HEAVY_EVERY, BatchComposer, heavy_slot
+from corgi_io.schedule.stream import even_buffers
 
 BENCH = Path(__file__).parent.parent / "bench" / "balance.py"
 
@@ -32,11 +34,9 @@ def bench_table(name: str, samples: int, seed: int = 0) -> BlockTable:
 @pytest.mark.parametrize("name", ["video", "text"])
 @pytest.mark.parametrize("world, workers", [(8, 1), (64, 1), (16, 3)])
 def test_size_balance_with_batches_never_slower_than_count(name, world, workers):
-    table = bench_table(name, 40_000, seed=world)
-    spec = EpochSpec(world, seed=3, num_workers=workers, buffer_pieces=8)
-    plain = simulate(table, spec, batch_size=16)
-    sized = simulate(table, EpochSpec(world, seed=3, num_workers=workers, buffer_pieces=8, balance="size",
-                                      batch_size=16))
+    table = bench_table(name, 40_000, seed=world)  # the bench's batches (32) and buffers (16 blocks)
+    plain = simulate(table, EpochSpec(world, seed=3, num_workers=workers), batch_size=32)
+    sized = simulate(table, EpochSpec(world, seed=3, num_workers=workers, balance="size", batch_size=32))
     # synchronous time ~ size: below count with the same balanced batches, and below plain count
     assert sized["epoch_time"] <= sized["count_epoch_time"] <= plain["epoch_time"]
     assert sized["step_imbalance"]["p95"] <= plain["step_imbalance"]["p95"]
@@ -130,3 +130,28 @@ def test_dataset_refuses_size_balance_without_balanced_batches(tmp_path, kw):
     with pytest.raises(ValueError, match=r"balance='(size|dynamic)' .*needs batch_size= and shuffle='corgipile'"):
         CorgiPileDataset(tmp_path / "pack", rank=0, world_size=2, **kw)
     assert len(CorgiPileDataset(tmp_path / "pack", rank=0, world_size=2, balance=kw["balance"], batch_size=4)) == 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(counts=st.lists(st.integers(1, 90), min_size=0, max_size=60), buffer_pieces=st.integers(1, 12),
+       seed=st.integers(0, 1000))
+def test_even_buffers_regroup_the_same_pieces(counts, buffer_pieces, seed):
+    counts = np.asarray(counts, np.int64)
+    pieces = np.column_stack((np.arange(len(counts)), np.cumsum(counts) - counts, np.cumsum(counts)))
+    sizes = np.random.default_rng(seed).lognormal(5, 1.5, int(counts.sum())).astype(np.int64) + 1
+    out = even_buffers(pieces, sizes, buffer_pieces, np.random.default_rng(seed))
+    assert sorted(map(tuple, out.tolist())) == sorted(map(tuple, pieces.tolist()))  # one read per piece, as before
+    for first in range(0, len(out), buffer_pieces):
+        assert (np.diff(out[first:first + buffer_pieces, 0]) > 0).all()  # a buffer reads in epoch order
+    np.testing.assert_array_equal(out, even_buffers(pieces, sizes, buffer_pieces, np.random.default_rng(seed)))
+
+
+def test_even_buffers_even_out_buffer_densities():
+    rng = np.random.default_rng(4)
+    counts = np.full(256, 64)
+    sizes = (rng.lognormal(5, 1, 256 * 64) * np.repeat(rng.lognormal(0, 0.5, 256), 64)).astype(np.int64) + 1
+    pieces = np.column_stack((np.arange(256), np.arange(256) * 64, np.arange(1, 257) * 64))
+    out = even_buffers(pieces, sizes, 16, np.random.default_rng(0))
+    density = lambda p: np.array([sizes[piece_samples(p[j:j + 16])].mean() for j in range(0, 256, 16)])
+    spread = lambda d: d.max() / d.min()
+    assert spread(density(out)) < 1.05 < 1.3 < spread(density(pieces))

@@ -18,7 +18,7 @@ import numpy as np
 from .batches import BatchComposer
 from .order import BUFFER, FULL, WINDOW, epoch_rng
 from .modes import SHUFFLE_MODES, check_mode
-from .pieces import piece_samples
+from .pieces import piece_counts, piece_samples
 
 
 
@@ -68,6 +68,8 @@ def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
     starts = range(0, len(pieces), buffer_pieces)
     target = batch_size * float(sizes[piece_samples(pieces)].mean()) if batch_size and len(pieces) else 0.0
     composer = BatchComposer(sizes, batch_size, target) if batch_size else None
+    if composer:  # buffers of even density, so that every buffer's batches can reach the target
+        pieces = even_buffers(pieces, sizes, buffer_pieces, epoch_rng(*key, len(starts)))
     for j, first in enumerate(starts):
         chunk = pieces[first:first + buffer_pieces]
         rng = epoch_rng(*key, j)
@@ -102,3 +104,30 @@ def _full(pieces, rng):
     blocks = np.repeat(pieces[:, 0], pieces[:, 2] - pieces[:, 1])
     for j in rng.permutation(len(ids)).tolist():
         yield np.array([[blocks[j], ids[j], ids[j] + 1]], np.int64), ids[j:j + 1]
+
+
+def even_buffers(pieces: np.ndarray, sizes, buffer_pieces: int, rng: np.random.Generator) -> np.ndarray:
+    """``pieces`` regrouped so that every run of ``buffer_pieces`` (a buffer) has about the size per
+    sample of the whole: each piece's excess ``size - density * count``, largest first (ties in random
+    order), goes to the group with room whose excess so far most offsets it. Groups keep their pieces
+    in read order and come in the order of their first piece. O(P * P / buffer_pieces)."""
+    if len(pieces) <= buffer_pieces:
+        return pieces
+    counts = piece_counts(pieces)
+    ends = np.cumsum(counts)
+    prefix = np.concatenate(([0], np.cumsum(sizes[piece_samples(pieces)])))
+    excess = prefix[ends] - prefix[ends - counts] - counts * (prefix[-1] / max(ends[-1], 1))
+    groups = -(-len(pieces) // buffer_pieces)
+    room = np.full(groups, buffer_pieces)
+    room[-1] = len(pieces) - buffer_pieces * (groups - 1)  # the short group, kept last
+    owner, sums = np.empty(len(pieces), np.int64), np.zeros(groups)
+    perm = rng.permutation(len(pieces))
+    for i in perm[np.argsort(-np.abs(excess[perm]), kind="stable")].tolist():
+        open_ = np.flatnonzero(room > 0)
+        g = open_[np.argmin(sums[open_] * np.sign(excess[i]))]
+        owner[i], room[g], sums[g] = g, room[g] - 1, sums[g] + excess[i]
+    first = np.full(groups, len(pieces))
+    np.minimum.at(first, owner, np.arange(len(pieces)))
+    first[-1] = len(pieces)
+    position = np.argsort(np.argsort(first, kind="stable"))
+    return pieces[np.lexsort((np.arange(len(pieces)), position[owner]))]
