@@ -34,9 +34,10 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         worker, buffer index)``. With ``batch_size`` (and ``sizes``) each
         buffer is instead composed into size-balanced batches; the remainder
         is carried into the next buffer, so consecutive groups of
-        ``batch_size`` in the stream are exactly the composed batches. A
-        sample larger than a whole balanced batch is held for the next heavy
-        slot, a batch index every rank shares (``batches.BatchComposer``).
+        ``batch_size`` in the stream are exactly the composed batches. The
+        buffers are then groups of pieces of even density (``even_buffers``),
+        and a sample larger than a whole balanced batch is held for the next
+        heavy slot, a batch index every rank shares (``batches.BatchComposer``).
       - ``"block"`` and ``"none"``: the same groups, samples in piece order.
         (For "none", get natural order from ``assign_ranks(shuffle_blocks=False)``.)
       - ``"window"``: one piece per buffer, samples pushed in piece order into
