@@ -135,11 +135,12 @@ def test_even_buffers_regroup_the_same_pieces(counts, buffer_pieces, seed):
     counts = np.asarray(counts, np.int64)
     pieces = np.column_stack((np.arange(len(counts)), np.cumsum(counts) - counts, np.cumsum(counts)))
     sizes = np.random.default_rng(seed).lognormal(5, 1.5, int(counts.sum())).astype(np.int64) + 1
-    out = even_buffers(pieces, sizes, buffer_pieces, np.random.default_rng(seed))
+    sums = np.array([sizes[a:z].sum() for _, a, z in pieces.tolist()], np.int64)
+    out = even_buffers(pieces, sums, buffer_pieces, np.random.default_rng(seed))
     assert sorted(map(tuple, out.tolist())) == sorted(map(tuple, pieces.tolist()))  # one read per piece, as before
     for first in range(0, len(out), buffer_pieces):
         assert (np.diff(out[first:first + buffer_pieces, 0]) > 0).all()  # a buffer reads in epoch order
-    np.testing.assert_array_equal(out, even_buffers(pieces, sizes, buffer_pieces, np.random.default_rng(seed)))
+    np.testing.assert_array_equal(out, even_buffers(pieces, sums, buffer_pieces, np.random.default_rng(seed)))
 
 
 def test_even_buffers_even_out_buffer_densities():
@@ -147,7 +148,7 @@ def test_even_buffers_even_out_buffer_densities():
     counts = np.full(256, 64)
     sizes = (rng.lognormal(5, 1, 256 * 64) * np.repeat(rng.lognormal(0, 0.5, 256), 64)).astype(np.int64) + 1
     pieces = np.column_stack((np.arange(256), np.arange(256) * 64, np.arange(1, 257) * 64))
-    out = even_buffers(pieces, sizes, 16, np.random.default_rng(0))
+    out = even_buffers(pieces, sizes.reshape(256, 64).sum(axis=1), 16, np.random.default_rng(0))
     density = lambda p: np.array([sizes[piece_samples(p[j:j + 16])].mean() for j in range(0, 256, 16)])
     spread = lambda d: d.max() / d.min()
     assert spread(density(out)) < 1.05 < 1.3 < spread(density(pieces))

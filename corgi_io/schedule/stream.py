@@ -18,7 +18,7 @@ import numpy as np
 from .batches import BatchComposer
 from .order import BUFFER, FULL, WINDOW, epoch_rng
 from .modes import SHUFFLE_MODES, check_mode
-from .pieces import piece_counts, piece_samples
+from .pieces import piece_counts, piece_samples, positions
 
 
 
@@ -67,10 +67,13 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
 
 def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
     starts = range(0, len(pieces), buffer_pieces)
-    target = batch_size * float(sizes[piece_samples(pieces)].mean()) if batch_size and len(pieces) else 0.0
-    composer = BatchComposer(sizes, batch_size, target) if batch_size else None
-    if composer:  # buffers of even density, so that every buffer's batches can reach the target
-        pieces = even_buffers(pieces, sizes, buffer_pieces, epoch_rng(*key, len(starts)))
+    composer = None
+    if batch_size and len(pieces):
+        own = sizes[piece_samples(pieces)]
+        composer = BatchComposer(sizes, batch_size, batch_size * float(own.mean()))
+        # buffers of even density, so that every buffer's batches can reach the target
+        sums = np.add.reduceat(own, positions(pieces)[:-1])
+        pieces = even_buffers(pieces, sums, buffer_pieces, epoch_rng(*key, len(starts)))
     for j, first in enumerate(starts):
         chunk = pieces[first:first + buffer_pieces]
         rng = epoch_rng(*key, j)
@@ -107,17 +110,17 @@ def _full(pieces, rng):
         yield np.array([[blocks[j], ids[j], ids[j] + 1]], np.int64), ids[j:j + 1]
 
 
-def even_buffers(pieces: np.ndarray, sizes, buffer_pieces: int, rng: np.random.Generator) -> np.ndarray:
-    """``pieces`` regrouped so that every run of ``buffer_pieces`` (a buffer) has about the size per
-    sample of the whole: each piece's excess ``size - density * count``, largest first (ties in random
-    order), goes to the group with room whose excess so far most offsets it. Groups keep their pieces
-    in read order and come in the order of their first piece. O(P * P / buffer_pieces)."""
+def even_buffers(pieces: np.ndarray, piece_sizes: np.ndarray, buffer_pieces: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """``pieces`` (with their size sums) regrouped so that every run of ``buffer_pieces`` (a buffer) has
+    about the size per sample of the whole: each piece's excess ``size - density * count``, largest
+    first (ties in random order), goes to the group with room whose excess so far most offsets it.
+    Groups keep their pieces in read order and come in the order of their first piece; the short
+    group stays last. O(P * P / buffer_pieces)."""
     if len(pieces) <= buffer_pieces:
         return pieces
     counts = piece_counts(pieces)
-    ends = np.cumsum(counts)
-    prefix = np.concatenate(([0], np.cumsum(sizes[piece_samples(pieces)])))
-    excess = prefix[ends] - prefix[ends - counts] - counts * (prefix[-1] / max(ends[-1], 1))
+    excess = piece_sizes - counts * (piece_sizes.sum() / counts.sum())
     groups = -(-len(pieces) // buffer_pieces)
     room = np.full(groups, buffer_pieces)
     room[-1] = len(pieces) - buffer_pieces * (groups - 1)  # the short group, kept last
