@@ -3,11 +3,11 @@
 ``buffer_plan`` yields ``(pieces, order)`` pairs. The loader reads ``pieces``
 (one ranged read each), then yields the samples whose global ids are listed in
 ``order``, in that order. An id in ``order`` may belong to a piece read for an
-earlier buffer (window mode, carried batch remainders), so the loader keeps
-read-but-not-yet-yielded samples, keyed by id, until they are listed (heavy samples wait
-for their slot the same way). An id may
-also occur twice in one worker's plan when padding repeats it (rare: padding
-normally lands on another rank), so the loader should count occurrences.
+earlier buffer (window mode, carried batch remainders, heavy samples held for
+their slot), so the loader keeps read-but-not-yet-yielded samples, keyed by id,
+until they are listed. An id may also occur twice in one worker's plan when
+padding repeats it (rare: padding normally lands on another rank), so the
+loader should count occurrences.
 """
 from __future__ import annotations
 
