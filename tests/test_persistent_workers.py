@@ -124,7 +124,7 @@ def planned_keys(ds) -> list:
 def dynamic_rank(path, rendezvous, rank: int, out) -> None:
     """One of two gloo ranks: an epoch, made-up step times (rank 1 is twice as slow), then a dynamic epoch."""
     torch.distributed.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-    ds = CorgiPileDataset(path, buffer_blocks=2, seed=7, balance="dynamic")
+    ds = CorgiPileDataset(path, buffer_blocks=2, seed=7, balance="dynamic", batch_size=4)
     loader = torch.utils.data.DataLoader(ds, num_workers=WORKERS, batch_size=None, timeout=60,
                                          persistent_workers=True)
     ds.set_epoch(0)  # no steps measured yet: static size balance

@@ -54,7 +54,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     `balance`: "count" (equal samples), "size" (equal samples and equal size sums), or
     "dynamic" (equal samples, size budgets proportional to each rank's measured speed:
-    report steps with `observe`; ranks exchange their fits at `set_epoch`).
+    report steps with `observe`; ranks exchange their fits at `set_epoch`).  "size" and
+    "dynamic" need `batch_size` (and shuffle "corgipile"): they balance every step's batch;
+    an epoch balanced only in its sums has steps slower than count balance's.
     `partitions` maps rank -> shard paths so a rank reads only its own shards (node-local
     data); counts stay equal.
 
@@ -86,6 +88,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             check_at_least(name, value, least)
         if batch_size is None and collate_fn is not collate_samples:
             raise ValueError("collate_fn= collates the dataset's batches: it needs batch_size=")
+        if balance != "count" and (batch_size is None or shuffle != "corgipile"):  # else steps are not balanced
+            raise ValueError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
+                             "it needs batch_size= and shuffle='corgipile'")
         self.manifest = open_manifest(source, storage_options)
         self.shuffle, self.buffer_blocks, self.seed = shuffle, int(buffer_blocks), int(seed)
         self.rank, self.world_size = rank_and_world(rank, world_size)

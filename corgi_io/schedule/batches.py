@@ -1,4 +1,4 @@
-"""Size-balanced batch composition inside one shuffle buffer."""
+"""Size-balanced batch composition inside a worker's shuffle buffers, heavy samples aligned across ranks."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,3 +45,70 @@ def balanced_batches(ids: np.ndarray, sizes: np.ndarray, batch_size: int, target
         sums[b] += x
     slots = rng.permuted(slots[rng.permutation(m)], axis=1)
     return ids[slots.ravel()], ids[carry]
+
+
+HEAVY_EVERY = 32  # a worker's heavy slots are its batches j with j % HEAVY_EVERY == HEAVY_EVERY - 1
+
+
+def heavy_slot(done: int) -> int:
+    """The first heavy slot at or after a worker's batch index ``done``: the same grid on every rank."""
+    return done + (HEAVY_EVERY - 1 - done % HEAVY_EVERY)
+
+
+class BatchComposer:
+    """One worker's buffers -> size-balanced batches, with what is carried or held between buffers.
+
+    A *heavy* sample is larger than a whole balanced batch (``size > target``): no batch holding
+    it can be balanced. Left where it falls, it makes one step slow on one rank, and different
+    ranks' heavy samples make different steps slow. So heavy samples are held back and released
+    at the worker's next *heavy slot* (``heavy_slot``): the worker's batch index grid that every
+    rank shares, because every rank's worker streams have the same lengths. Each released heavy
+    sample gets a batch of its own with the buffer's ``B - 1`` smallest samples; several make a
+    run of consecutive batches from the slot. A heavy sample waits at most until the first
+    buffer whose batches reach a slot (the same buffer when it yields ``HEAVY_EVERY`` batches or
+    more); the last buffer releases every one still held, at the slot or at the end.
+    """
+
+    def __init__(self, sizes, batch_size: int, target: float):
+        self.sizes, self.batch_size, self.target = sizes, batch_size, target
+        self.carry = self.held = np.zeros(0, np.int64)
+        self.done = 0  # batches composed so far: the worker batch index of the next one
+
+    def compose(self, ids: np.ndarray, rng: np.random.Generator, last: bool) -> np.ndarray:
+        """One buffer's yield order: ``ids`` with what earlier buffers carried or held, as whole
+        batches (the last buffer also yields the final partial batch and everything still held)."""
+        b = self.batch_size
+        pool = np.concatenate((self.carry, ids))
+        heavy = self.sizes[pool] > self.target
+        self.held, pool = np.concatenate((self.held, pool[heavy])), pool[~heavy]
+        at = heavy_slot(self.done) - self.done  # the slot's batch position in this buffer
+        release = self._release(len(pool), at, last)
+        by_size = pool[np.argsort(self.sizes[pool], kind="stable")]
+        companions, rest = by_size[:(b - 1) * release], by_size[(b - 1) * release:]
+        runs = self._heavy_batches(self.held[:release], companions, rng)
+        self.held = self.held[release:]
+        batched, self.carry = balanced_batches(rest, self.sizes[rest], b, self.target, rng)
+        at = b * min(at, len(batched) // b)  # short of the slot only in the last buffer: then at its end
+        out = np.concatenate((batched[:at], runs, batched[at:]))
+        if last:
+            out, self.carry = np.concatenate((out, self.carry)), self.carry[:0]
+        self.done += len(out) // b
+        return out
+
+    def _release(self, pool_size: int, at: int, last: bool) -> int:
+        """How many held samples this buffer releases: every one at the last buffer; when the buffer's
+        batches reach the slot (``at`` batches precede it), as many as the samples after those batches
+        give ``B - 1`` companions each; none otherwise."""
+        room = pool_size - self.batch_size * at
+        if last or (room >= 0 and self.batch_size == 1):
+            return len(self.held)
+        return min(len(self.held), room // (self.batch_size - 1)) if room >= 0 else 0
+
+    def _heavy_batches(self, heavy: np.ndarray, companions: np.ndarray, rng) -> np.ndarray:
+        """Each heavy sample followed by its ``B - 1`` companions, the batches' members shuffled; when
+        companions run short (only at the end of the last buffer) the last batches are shorter."""
+        if len(companions) == len(heavy) * (self.batch_size - 1):
+            batches = np.column_stack((heavy, companions.reshape(len(heavy), self.batch_size - 1)))
+            return rng.permuted(batches, axis=1).ravel()
+        parts = np.array_split(companions, len(heavy))
+        return np.concatenate([np.concatenate(([h], c)) for h, c in zip(heavy, parts)])

@@ -33,7 +33,7 @@ def rank_batches(pieces: np.ndarray, spec: EpochSpec, rank: int, sizes: np.ndarr
     size-balanced batches of that size."""
     batch_size = batch_size or spec.batch_size
     per_worker = []
-    for w, part in enumerate(split_workers(pieces, spec.num_workers)):
+    for w, part in enumerate(split_workers(pieces, spec.num_workers, spec.batch_size or 1, spec.drop_last)):
         ids = [order for _, order in buffer_plan(part, sizes=sizes, **spec.stream(rank, w))]
         ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
         per_worker.append([ids[i:i + batch_size] for i in range(0, len(ids), batch_size)])

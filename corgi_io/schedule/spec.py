@@ -26,7 +26,8 @@ class EpochSpec:
     """The options one epoch's plan depends on.
 
     ``batch_size``: compose size-balanced batches of this many samples inside each CorgiPile
-    buffer (``shuffle="corgipile"`` only); None keeps buffers plain permutations.
+    buffer (``shuffle="corgipile"`` only; see ``buffer_plan``); None keeps buffers plain
+    permutations. The loader's size and dynamic balance require it.
     ``window_samples``: the sliding buffer of ``shuffle="window"``.
     """
     world_size: int

@@ -3,10 +3,11 @@
 ``buffer_plan`` yields ``(pieces, order)`` pairs. The loader reads ``pieces``
 (one ranged read each), then yields the samples whose global ids are listed in
 ``order``, in that order. An id in ``order`` may belong to a piece read for an
-earlier buffer (window mode, carried batch remainders), so the loader keeps
-read-but-not-yet-yielded samples, keyed by id, until they are listed. An id may
-also occur twice in one worker's plan when padding repeats it (rare: padding
-normally lands on another rank), so the loader should count occurrences.
+earlier buffer (window mode, carried batch remainders, heavy samples held for
+their slot), so the loader keeps read-but-not-yet-yielded samples, keyed by id,
+until they are listed. An id may also occur twice in one worker's plan when
+padding repeats it (rare: padding normally lands on another rank), so the
+loader should count occurrences.
 """
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .batches import balanced_batches
+from .batches import BatchComposer
 from .order import BUFFER, FULL, WINDOW, epoch_rng
 from .modes import SHUFFLE_MODES, check_mode
-from .pieces import piece_samples
+from .pieces import piece_counts, piece_samples, positions
 
 
 
@@ -33,7 +34,10 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         worker, buffer index)``. With ``batch_size`` (and ``sizes``) each
         buffer is instead composed into size-balanced batches; the remainder
         is carried into the next buffer, so consecutive groups of
-        ``batch_size`` in the stream are exactly the composed batches.
+        ``batch_size`` in the stream are exactly the composed batches. The
+        buffers are then groups of pieces of even density (``even_buffers``),
+        and a sample larger than a whole balanced batch is held for the next
+        heavy slot, a batch index every rank shares (``batches.BatchComposer``).
       - ``"block"`` and ``"none"``: the same groups, samples in piece order.
         (For "none", get natural order from ``assign_ranks(shuffle_blocks=False)``.)
       - ``"window"``: one piece per buffer, samples pushed in piece order into
@@ -63,17 +67,19 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
 
 def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
     starts = range(0, len(pieces), buffer_pieces)
-    target = batch_size * float(sizes[piece_samples(pieces)].mean()) if batch_size and len(pieces) else 0.0
-    carry = np.zeros(0, np.int64)
+    composer = None
+    if batch_size and len(pieces):
+        own = sizes[piece_samples(pieces)]
+        composer = BatchComposer(sizes, batch_size, batch_size * float(own.mean()))
+        # buffers of even density, so that every buffer's batches can reach the target
+        sums = np.add.reduceat(own, positions(pieces)[:-1])
+        pieces = even_buffers(pieces, sums, buffer_pieces, epoch_rng(*key, len(starts)))
     for j, first in enumerate(starts):
         chunk = pieces[first:first + buffer_pieces]
         rng = epoch_rng(*key, j)
         order = rng.permutation(piece_samples(chunk))
-        if batch_size:
-            pool = np.concatenate((carry, order))
-            order, carry = balanced_batches(pool, sizes[pool], batch_size, target, rng)
-            if first + buffer_pieces >= len(pieces):
-                order = np.concatenate((order, carry))
+        if composer:
+            order = composer.compose(order, rng, last=first + buffer_pieces >= len(pieces))
         yield chunk, order
 
 
@@ -102,3 +108,30 @@ def _full(pieces, rng):
     blocks = np.repeat(pieces[:, 0], pieces[:, 2] - pieces[:, 1])
     for j in rng.permutation(len(ids)).tolist():
         yield np.array([[blocks[j], ids[j], ids[j] + 1]], np.int64), ids[j:j + 1]
+
+
+def even_buffers(pieces: np.ndarray, piece_sizes: np.ndarray, buffer_pieces: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """``pieces`` (with their size sums) regrouped so that every run of ``buffer_pieces`` (a buffer) has
+    about the size per sample of the whole: each piece's excess ``size - density * count``, largest
+    first (ties in random order), goes to the group with room whose excess so far most offsets it.
+    Groups keep their pieces in read order and come in the order of their first piece; the short
+    group stays last. O(P * P / buffer_pieces)."""
+    if len(pieces) <= buffer_pieces:
+        return pieces
+    counts = piece_counts(pieces)
+    excess = piece_sizes - counts * (piece_sizes.sum() / counts.sum())
+    groups = -(-len(pieces) // buffer_pieces)
+    room = np.full(groups, buffer_pieces)
+    room[-1] = len(pieces) - buffer_pieces * (groups - 1)  # the short group, kept last
+    owner, sums = np.empty(len(pieces), np.int64), np.zeros(groups)
+    perm = rng.permutation(len(pieces))
+    for i in perm[np.argsort(-np.abs(excess[perm]), kind="stable")].tolist():
+        open_ = np.flatnonzero(room > 0)
+        g = open_[np.argmin(sums[open_] * np.sign(excess[i]))]
+        owner[i], room[g], sums[g] = g, room[g] - 1, sums[g] + excess[i]
+    first = np.full(groups, len(pieces))
+    np.minimum.at(first, owner, np.arange(len(pieces)))
+    first[-1] = len(pieces)
+    position = np.argsort(np.argsort(first, kind="stable"))
+    return pieces[np.lexsort((np.arange(len(pieces)), position[owner]))]
