@@ -27,9 +27,9 @@ def texts(tmp_path_factory):
 
 def run_ranks(root, world: int, workers: int, batch_size: int, **options):
     """Per rank: (len(loader), the batches' key lists) of one epoch, each rank with its own loader."""
-    out = []
+    out, balance = [], "size" if options.get("shuffle", "corgipile") == "corgipile" else "count"  # size needs corgipile
     for rank in range(world):
-        ds = CorgiPileDataset(root, rank=rank, world_size=world, batch_size=batch_size, balance="size", **options)
+        ds = CorgiPileDataset(root, rank=rank, world_size=world, batch_size=batch_size, balance=balance, **options)
         ds.set_epoch(1)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
         out.append((len(loader), [list(batch["key"]) for batch in loader]))

@@ -82,8 +82,8 @@ def test_batch_size_adds_step_simulation(plan):
     out = plan(4, "--balance", "size", "--batch-size", 5, "--workers", 2)
     steps = out["steps"]
     assert steps["batch_size"] == 5
-    # 12 samples per rank over 2 workers of 6: batches of 5 and 1 from each, interleaved
-    assert steps["num_steps"] == 4
+    # 12 samples per rank in whole batches over 2 workers: 5 + 5 on one, the remainder 2 on the other
+    assert steps["num_steps"] == 3
     assert [p["plan"] for p in steps["plans"]] == ["count", "size", "size + batches"]
     assert [p["balanced_batches"] for p in steps["plans"]] == [False, False, True]
     for p in steps["plans"]:

@@ -88,7 +88,7 @@ def test_simulate_agrees_with_the_plan():
     plans = assign_ranks(first, count, 4, seed=1, epoch=1, balance="size", sizes=sizes)
     np.testing.assert_array_equal(res["rank_size"], [sizes[piece_samples(p)].sum() for p in plans])
     steps = res["step_size"]
-    assert steps.shape == (3 * -(-250 // 16), 4)  # 3 workers x 250 samples, batches of 16
+    assert steps.shape == (-(-750 // 16), 4)  # 750 samples per rank in whole batches of 16 over the workers
     assert res["epoch_time"] == steps.max(axis=1).sum()
     assert res["speedup"] == res["count_epoch_time"] / res["epoch_time"]
     ratio = steps.max(axis=1) / steps.mean(axis=1)
