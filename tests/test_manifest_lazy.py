@@ -183,7 +183,7 @@ def test_ranged_column_whole_column_operations(column):
     assert ranged.pages_read == 40 and storage.reads == 1  # fetched once, in one read
     with pytest.raises(IndexError):
         ranged[20_000]
-    with pytest.raises(TypeError, match="pickle its Manifest"):
+    with pytest.raises(TypeError, match="send its Manifest"):
         pickle.dumps(ranged)
 
 
