@@ -116,9 +116,12 @@ def interleave(*streams) -> list:
 
 
 def planned_keys(ds) -> list:
-    """This rank's epoch as the main process plans it: the workers' plans, interleaved."""
-    return interleave(*([ds.manifest.key(i) for _, order in ds.plan(w, WORKERS) for i in order.tolist()]
-                        for w in range(WORKERS)))
+    """This rank's epoch as the main process plans it: the workers' plans (in batches of the dataset's
+    `batch_size`, else one by one), interleaved."""
+    step = ds.batch_size or 1
+    streams = ([ds.manifest.key(i) for _, order in ds.plan(w, WORKERS) for i in order.tolist()] for w in range(WORKERS))
+    batches = interleave(*([keys[i:i + step] for i in range(0, len(keys), step)] for keys in streams))
+    return [key for batch in batches for key in batch]
 
 
 def dynamic_rank(path, rendezvous, rank: int, out) -> None:
@@ -128,12 +131,12 @@ def dynamic_rank(path, rendezvous, rank: int, out) -> None:
     loader = torch.utils.data.DataLoader(ds, num_workers=WORKERS, batch_size=None, timeout=60,
                                          persistent_workers=True)
     ds.set_epoch(0)  # no steps measured yet: static size balance
-    sizes = [sample["size"] for sample in loader]
-    for step in range(0, len(sizes), 4):
-        batch = sizes[step:step + 4]
-        ds.observe((rank + 1) * (1e-6 * sum(batch) + 1e-3 * len(batch)), batch)
+    for batch in loader:
+        sizes = batch["size"].tolist()
+        ds.observe((rank + 1) * (1e-6 * sum(sizes) + 1e-3 * len(sizes)), sizes)
     ds.set_epoch(1)  # the ranks agree on both cost models
-    report = {"cost_model": ds.cost_model, "got": epoch_keys(loader), "planned": planned_keys(ds)}
+    got = [key for batch in loader for key in batch["key"]]
+    report = {"cost_model": ds.cost_model, "got": got, "planned": planned_keys(ds)}
     ds.cost_model = None
     report["static"] = planned_keys(ds)
     out.write_text(json.dumps(report))
