@@ -2,7 +2,7 @@
 
 Per epoch: the planning core (`corgi_io.schedule`) orders the blocks, gives every rank
 the same number of samples, splits a rank's share among DataLoader workers, and groups
-each worker's pieces into shuffle buffers.  `BlockReader` then reads each piece with one
+each worker's pieces into shuffle buffers.  `PieceReader` then reads each piece with one
 ranged read, ahead of the consumer, and the samples come out in the plan's order.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import torch
 
-from corgi_io.block_reader import BlockReader
+from corgi_io.reading import PieceReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSpec, block_order, block_pieces,
                                buffer_plan, check_mode, fit_cost, rank_plan, samples_per_rank, worker_share)
@@ -81,7 +81,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
-        self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
+        self.last_reader = None  # the PieceReader of the latest iteration in this process (for its counters)
         self._rank_cache = None  # (epoch key, this rank's pieces): planned once per rank and epoch
         self._fingerprint = None  # of the pack, for resume states
         self._resume = None      # a merged saved state, applied by the next iteration of its epoch
@@ -263,7 +263,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
-        reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
+        reader = PieceReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
                              verify=self.verify_reads)
         self.last_reader = reader
         plan, finished, self._yielded = self._epoch_plan(worker, num_workers)

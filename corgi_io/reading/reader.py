@@ -1,0 +1,117 @@
+"""PieceReader: a worker's buffer plan executed as small stages, read-ahead → verify → split → order.
+
+The plan (`corgi_io.schedule.buffer_plan`) lists, per buffer, the pieces to read (runs of
+whole samples inside one block) and the order to yield the buffer's samples in.  The stages:
+
+1. read-ahead (`read_ahead.py`): one ranged read per piece, on `read_threads` threads, at most
+   `prefetch_pieces` pieces read or in flight ahead of the consumer;
+2. verify (`corgi_io.read_checks.PieceVerifier`, in the reading thread): the shard's size on its
+   first read and every record's checksum, before any of the piece's samples exists;
+3. split (`split.py`): the piece cut into sample dicts by the manifest's offsets;
+4. order (`order.py`): samples held until their buffer ends, then yielded in the plan's order.
+
+Memory bound: the resident sample data is at most the current buffer's pieces plus
+`prefetch_pieces` pieces read or in flight; in window mode the window (as many samples as the
+buffer's blocks hold) plus the one piece being pushed through it replace the buffer.
+`peak_resident_bytes` records the observed maximum: bytes committed at each read's submission
+plus the payloads held, sampled whenever a read is submitted (the only moment the total grows).
+"""
+from __future__ import annotations
+
+from corgi_io.read_checks import PieceVerifier
+
+from .order import buffer_order
+from .read_ahead import Marker, read_ahead
+from .split import PieceSplitter
+
+
+class Residency:
+    """Bytes of sample data held (read, in flight, or split and not yet yielded) and their peak.
+
+    `payload_bytes` is the manifest's per-sample payload column: a yielded buffer is released
+    with one numpy sum instead of a pass over its samples.
+    """
+
+    def __init__(self, payload_bytes):
+        self.payload_bytes = payload_bytes
+        self.held = self.peak = 0
+
+    def hold(self, nbytes: int) -> None:
+        self.held += nbytes
+        self.peak = max(self.peak, self.held)
+
+    def release(self, nbytes: int) -> None:
+        self.held -= nbytes
+
+    def keep_payloads(self, record_bytes: int, start: int, stop: int) -> None:
+        """A piece of `record_bytes` was split: of it, only the payloads of samples [start, stop) stay held."""
+        self.held -= record_bytes - int(self.payload_bytes[start:stop].sum())
+
+    def release_samples(self, ids) -> None:
+        """Release the payloads of samples `ids` (a numpy array) as they leave."""
+        self.held -= int(self.payload_bytes[ids].sum())
+
+
+class PieceReader:
+    """Reads the pieces of a buffer plan through a Storage, `prefetch_pieces` ahead, and yields their samples.
+
+    With `verify` (the default) every piece passes `PieceVerifier` in the reading thread: its
+    shard's size and every record's checksum are checked before any of its samples is yielded.
+    """
+
+    def __init__(self, manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
+                 verify: bool = True):
+        self.manifest, self.storage = manifest, storage
+        self.verifier = PieceVerifier(manifest, storage) if verify else None
+        self.splitter = PieceSplitter(manifest)
+        self.prefetch_pieces = max(1, prefetch_pieces)
+        threads = storage.concurrent_reads if read_threads is None else read_threads
+        self.read_threads = max(1, min(threads, self.prefetch_pieces))
+        self.residency = Residency(manifest.samples.bytes)
+
+    @property
+    def peak_resident_bytes(self) -> int:
+        """The most sample data held at once: payloads not yet yielded plus pieces read or being read."""
+        return self.residency.peak
+
+    def byte_range(self, piece) -> tuple:
+        """(shard path, offset, length) of one piece: first record's start to last record's end."""
+        _, start, stop = piece
+        s = self.manifest.samples
+        offset = int(s.offset[start])
+        return self.manifest.shards[int(s.shard[start])].path, offset, int(s.offset[stop - 1] + s.length[stop - 1]) - offset
+
+    def samples(self, plan):
+        """Yield sample dicts (index, key, label, size, kind, ext, data) in the plan's order, reading every piece once.
+
+        A sample listed twice (padding can repeat one on a worker) is yielded as two distinct dicts.
+        """
+        steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
+        pieces = read_ahead(steps, self.read_piece, ahead=self.prefetch_pieces, threads=self.read_threads,
+                            on_submit=lambda piece: self.residency.hold(self.byte_range(piece)[2]))
+        try:
+            yield from buffer_order(self._split(pieces), self.residency)
+        finally:
+            pieces.close()  # stop the reading threads now, not when the chain is collected
+
+    def read_piece(self, piece) -> tuple:
+        """(piece, its records' bytes): one ranged read, verified when verification is on (runs in a reading thread)."""
+        _, start, stop = piece
+        self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
+        if self.verifier is not None:
+            self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
+        data = self.storage.read_range(*self.byte_range(piece))
+        if self.verifier is not None:
+            self.verifier.check_piece(piece, data)
+        return piece, data
+
+    def _split(self, pieces):
+        """The split stage in the pipeline: sample lists for read pieces, markers passed on."""
+        for item in pieces:
+            if isinstance(item, Marker):
+                yield item
+                continue
+            piece, data = item
+            samples = self.splitter.split(piece, data)
+            self.residency.keep_payloads(len(data), piece[1], piece[2])
+            yield samples
