@@ -8,14 +8,18 @@ read-but-unlisted samples stay resident, keyed by id, until listed.  A sample re
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 from .read_ahead import Marker
+
+_data = itemgetter("data")
 
 
 def buffer_order(steps, residency):
     """Yield the samples of `steps` (sample lists and Marker(order) buffer ends) in each buffer's order.
 
-    `residency` is told of the payload bytes that leave: repeats dropped on arrival
-    (`release(nbytes)`), and each buffer's yielded samples once the buffer is done (`release_samples(ids)`).
+    `residency.release(nbytes)` is told of the payload bytes that leave: repeats dropped on
+    arrival, and each buffer's yielded samples once the buffer is done.
     """
     resident: dict = {}   # sample id -> dict, read but not yet yielded
     repeats: dict = {}    # sample id -> extra listings still to yield as copies
@@ -27,8 +31,10 @@ def buffer_order(steps, residency):
         if repeats:
             yield from _yield_with_repeats(order, resident, repeats, residency)
             continue
-        yield from list(map(resident.pop, order))   # C speed; a missing id is a broken plan (KeyError)
-        residency.release_samples(step.value)
+        out = list(map(resident.pop, order))   # C speed; a missing id is a broken plan (KeyError)
+        freed = sum(map(len, map(_data, out)))  # before the consumer replaces "data" with a decoded value
+        yield from out
+        residency.release(freed)
 
 
 def _hold(samples: list, resident: dict, repeats: dict, residency) -> None:

@@ -26,14 +26,9 @@ from .split import PieceSplitter
 
 
 class Residency:
-    """Bytes of sample data held (read, in flight, or split and not yet yielded) and their peak.
+    """Bytes of sample data held (read, in flight, or split and not yet yielded) and their peak."""
 
-    `payload_bytes` is the manifest's per-sample payload column: a yielded buffer is released
-    with one numpy sum instead of a pass over its samples.
-    """
-
-    def __init__(self, payload_bytes):
-        self.payload_bytes = payload_bytes
+    def __init__(self):
         self.held = self.peak = 0
 
     def hold(self, nbytes: int) -> None:
@@ -43,13 +38,6 @@ class Residency:
     def release(self, nbytes: int) -> None:
         self.held -= nbytes
 
-    def keep_payloads(self, record_bytes: int, start: int, stop: int) -> None:
-        """A piece of `record_bytes` was split: of it, only the payloads of samples [start, stop) stay held."""
-        self.held -= record_bytes - int(self.payload_bytes[start:stop].sum())
-
-    def release_samples(self, ids) -> None:
-        """Release the payloads of samples `ids` (a numpy array) as they leave."""
-        self.held -= int(self.payload_bytes[ids].sum())
 
 
 class PieceReader:
@@ -67,7 +55,7 @@ class PieceReader:
         self.prefetch_pieces = max(1, prefetch_pieces)
         threads = storage.concurrent_reads if read_threads is None else read_threads
         self.read_threads = max(1, min(threads, self.prefetch_pieces))
-        self.residency = Residency(manifest.samples.bytes)
+        self.residency = Residency()
 
     @property
     def peak_resident_bytes(self) -> int:
@@ -112,6 +100,6 @@ class PieceReader:
                 yield item
                 continue
             piece, data = item
-            samples = self.splitter.split(piece, data)
-            self.residency.keep_payloads(len(data), piece[1], piece[2])
+            samples, payload_bytes = self.splitter.split(piece, data)
+            self.residency.release(len(data) - payload_bytes)  # the framing goes; the payloads stay held
             yield samples

@@ -15,23 +15,23 @@ from corgi_io.manifest import KINDS
 
 
 class PieceSplitter:
-    """`split(piece, data)`: the piece's samples as dicts {index, key, label, size, kind, ext, data}."""
+    """`split(piece, data)`: the piece's samples as dicts {index, key, label, size, kind, ext, data}, and their payload bytes."""
 
     def __init__(self, manifest):
         self.manifest, self.samples = manifest, manifest.samples
         self.kind_names = np.array(KINDS, dtype=object)
         self.ext_names = np.array(manifest.extensions, dtype=object)
 
-    def split(self, piece, data: bytes) -> list:
-        """The samples of `piece` (block, start, stop) whose records are `data`, in stored order."""
+    def split(self, piece, data: bytes) -> tuple:
+        """(the samples of `piece` (block, start, stop) whose records are `data`, in stored order; their payload bytes)."""
         _, start, stop = piece
         s = self.samples
-        begins = s.data_offset[start:stop] - s.offset[start]
-        ends = (begins + s.bytes[start:stop]).tolist()
+        begins, nbytes = s.data_offset[start:stop] - s.offset[start], s.bytes[start:stop]
+        ends = (begins + nbytes).tolist()
         kinds = self.kind_names[s.kind[start:stop]].tolist()
         exts = self.ext_names[s.ext[start:stop]].tolist()
         return [{"index": index, "key": key, "label": label, "size": size, "kind": kind, "ext": ext,
                  "data": data[begin:end]}
                 for index, key, label, size, kind, ext, begin, end in zip(
                     range(start, stop), self.manifest.keys(start, stop), s.label[start:stop].tolist(),
-                    s.size[start:stop].tolist(), kinds, exts, begins.tolist(), ends)]
+                    s.size[start:stop].tolist(), kinds, exts, begins.tolist(), ends)], int(nbytes.sum())
