@@ -14,6 +14,7 @@ import pytest
 
 from corgi_io import PackOptions, pack
 from corgi_io.manifest import KINDS, open_manifest
+from corgi_io.reading.in_flight import InFlight
 from corgi_io.reading.order import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
 from corgi_io.reading.reader import Residency
@@ -167,3 +168,36 @@ def test_order_yields_a_sample_listed_twice_as_two_distinct_dicts():
 def test_order_refuses_a_plan_that_lists_a_sample_never_read():
     with pytest.raises(KeyError):
         list(buffer_order([fake_piece(0, 2), Marker(np.array([0, 7]))], Residency()))
+
+
+# --- reads in flight ------------------------------------------------------------------------------
+
+def run_reads(gate, read, count: int, threads: int) -> None:
+    """`count` reads through `gate`, submitted as the reader does: a pool of `threads`, all queued."""
+    list(read_ahead(range(count), lambda step: gate.run(read), ahead=count, threads=threads))
+
+
+def test_reads_in_flight_grow_while_latency_is_what_limits():
+    gate = InFlight(1, 4, window=4)
+    run_reads(gate, lambda: time.sleep(0.01) or bytes(1000), 60, threads=4)
+    assert gate.limit == 4 and gate.settled
+
+
+def test_reads_in_flight_settle_low_when_reads_share_one_resource():
+    lock = threading.Lock()
+
+    def serialised():
+        with lock:   # a CPU- or link-bound read: more at once only makes each one slower
+            time.sleep(0.005)
+        return bytes(1000)
+
+    gate = InFlight(1, 6, window=4)
+    run_reads(gate, serialised, 60, threads=6)
+    assert gate.settled and gate.limit <= 2
+
+
+def test_a_fixed_number_of_reads_in_flight_never_changes():
+    gate = InFlight(3, 3)
+    assert gate.settled
+    run_reads(gate, lambda: bytes(10), 20, threads=3)
+    assert gate.limit == 3

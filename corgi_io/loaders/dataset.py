@@ -73,7 +73,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.decode, self.transform = get_decoder(decode, max_pixels), transform
         self.verify_reads = verify_reads
         self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
-        self.read_threads = read_threads  # reads in flight; None: the storage's default (2 local, 4 remote)
+        self.read_threads = read_threads  # reads in flight; None: the storage's (2 local; remote: 1, grown up to 8)
         self.storage_options = storage_options or {}
         self.block_owner = None if partitions is None else self._block_owner(partitions)
         self.epoch = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from corgi_io.read_checks import PieceVerifier
 
+from .in_flight import InFlight
 from .order import buffer_order
 from .read_ahead import Marker, read_ahead
 from .split import PieceSplitter
@@ -45,6 +46,8 @@ class PieceReader:
 
     With `verify` (the default) every piece passes `PieceVerifier` in the reading thread: its
     shard's size and every record's checksum are checked before any of its samples is yielded.
+    `read_threads` fixes the reads in flight; by default the storage's `reads_in_flight` (first,
+    most) applies, and `InFlight` grows the first towards the most while it pays.
     """
 
     def __init__(self, manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
@@ -53,8 +56,9 @@ class PieceReader:
         self.verifier = PieceVerifier(manifest, storage) if verify else None
         self.splitter = PieceSplitter(manifest)
         self.prefetch_pieces = max(1, prefetch_pieces)
-        threads = storage.concurrent_reads if read_threads is None else read_threads
-        self.read_threads = max(1, min(threads, self.prefetch_pieces))
+        start, most = storage.reads_in_flight if read_threads is None else (read_threads, read_threads)
+        self.read_threads = max(1, min(most, self.prefetch_pieces))
+        self.in_flight = InFlight(start, self.read_threads)
         self.residency = Residency()
 
     @property
@@ -88,7 +92,7 @@ class PieceReader:
         self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
         if self.verifier is not None:
             self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
-        data = self.storage.read_range(*self.byte_range(piece))
+        data = self.in_flight.run(self.storage.read_range, *self.byte_range(piece))
         if self.verifier is not None:
             self.verifier.check_piece(piece, data)
         return piece, data
