@@ -30,7 +30,7 @@ _warned_static_fallback = False
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
-    """Samples of a pack as dicts ``{"key", "label", "size", "data", "index"}``, CorgiPile-shuffled by default.
+    """Samples of a pack as dicts ``{"index", "key", "label", "size", "kind", "ext", "data"}``, CorgiPile-shuffled by default.
 
     `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only),
     "window" (the tf.data/webdataset baseline: a sliding shuffle buffer holding as many
@@ -268,12 +268,13 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.last_reader = reader
         plan, finished, self._yielded = self._epoch_plan(worker, num_workers)
         self._progress = (self.epoch, finished, self.world_size, num_workers, worker)
+        decode, transform = self.decode, self.transform
         for sample in reader.samples(plan):
             self._yielded += 1
-            if self.decode is not None:
+            if decode is not None:
                 sample["data"] = self._decoded(sample)
-            if self.transform is not None:
-                sample["data"] = self.transform(sample["data"])
+            if transform is not None:
+                sample["data"] = transform(sample["data"])
             yield sample
 
     def _decoded(self, sample: dict):
