@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 
-from corgi_io import PackOptions, pack
 from corgi_io.manifest import KINDS, open_manifest
 from corgi_io.reading.in_flight import InFlight
 from corgi_io.reading.order import buffer_order
@@ -20,7 +19,7 @@ from corgi_io.reading.read_ahead import Marker, read_ahead
 from corgi_io.reading.reader import Residency
 from corgi_io.reading.split import PieceSplitter
 from corgi_io.schedule import block_pieces
-from corpus_factory import make_image_corpus, write_text
+from test_read_checks import piece_bytes
 
 
 # --- read-ahead ------------------------------------------------------------------------------------
@@ -87,31 +86,23 @@ def test_closing_read_ahead_early_cancels_what_has_not_started():
 # --- split ------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def mixed_pack(tmp_path_factory):
-    """Images and texts in 5-sample blocks: (root, manifest)."""
-    root = tmp_path_factory.mktemp("stages-corpus")
-    make_image_corpus(root, 12, long_tail=False, seed=3)
-    for i in range(8):
-        write_text(root / "text" / f"t{i}.txt", 10 + 7 * i, seed=i)
-    out = tmp_path_factory.mktemp("stages") / "pack"
-    pack(root, out, PackOptions(block_samples=5), workers=1, progress=False)
-    return out, open_manifest(out)
+def mixed_pack(packed_mixed):
+    """The shared mixed pack (images, texts, videos; several blocks and shards): (root, manifest)."""
+    return packed_mixed("wds"), open_manifest(packed_mixed("wds"))
 
 
-def piece_bytes(root, m, piece) -> bytes:
-    """The records of `piece` read straight from its shard file."""
-    _, start, stop = piece
-    s = m.samples
-    with open(root / m.shards[int(s.shard[start])].path, "rb") as f:
-        f.seek(int(s.offset[start]))
-        return f.read(int(s.offset[stop - 1] + s.length[stop - 1] - s.offset[start]))
+EXTENSIONS = {"image": {"jpg", "png"}, "video": {"avi", "mp4"}, "text": {"txt", "md"}}  # the mixed corpus's files
+
+
+def piece_of(root, m, piece) -> bytes:
+    return piece_bytes(m, root, piece[1], piece[2])
 
 
 def test_split_cuts_each_payload_by_the_manifests_offsets_with_its_fields(mixed_pack):
     root, m = mixed_pack
     s, keys, splitter, kinds = m.samples, m.keys(), PieceSplitter(m), set()
     for piece in block_pieces(np.arange(len(m.blocks)), m.blocks.first, m.blocks.count).tolist():
-        data = piece_bytes(root, m, piece)
+        data = piece_of(root, m, piece)
         samples, payload = splitter.split(tuple(piece), data)
         assert [x["index"] for x in samples] == list(range(piece[1], piece[2]))
         assert payload == sum(len(x["data"]) for x in samples)
@@ -121,16 +112,16 @@ def test_split_cuts_each_payload_by_the_manifests_offsets_with_its_fields(mixed_
             assert x["data"] == data[start:start + int(s.bytes[i])] and type(x["data"]) is bytes
             assert (x["key"], x["label"], x["size"]) == (keys[i], int(s.label[i]), int(s.size[i]))
             assert (x["kind"], x["ext"]) == (KINDS[int(s.kind[i])], m.extensions[int(s.ext[i])])
-            assert x["ext"] == "txt" if x["kind"] == "text" else x["ext"] in ("jpg", "jpeg", "png", "webp")
+            assert x["ext"] in EXTENSIONS[x["kind"]]
             kinds.add(x["kind"])
-    assert kinds == {"image", "text"}
+    assert kinds == set(EXTENSIONS)
 
 
 def test_split_samples_are_plain_picklable_values(mixed_pack):
     """No memoryview leaks out: a DataLoader worker pickles every sample onto its queue."""
     root, m = mixed_pack
     piece = (0, 0, int(m.blocks.count[0]))
-    samples, _ = PieceSplitter(m).split(piece, piece_bytes(root, m, piece))
+    samples, _ = PieceSplitter(m).split(piece, piece_of(root, m, piece))
     assert pickle.loads(pickle.dumps(samples)) == samples
     assert {type(v) for x in samples for v in x.values()} <= {int, str, bytes}
 
