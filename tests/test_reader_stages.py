@@ -163,32 +163,36 @@ def test_order_refuses_a_plan_that_lists_a_sample_never_read():
 
 # --- reads in flight ------------------------------------------------------------------------------
 
-def run_reads(gate, read, count: int, threads: int) -> None:
-    """`count` reads through `gate`, submitted as the reader does: a pool of `threads`, all queued."""
-    list(read_ahead(range(count), lambda step: gate.run(read), ahead=count, threads=threads))
-
-
-def test_reads_in_flight_grow_while_latency_is_what_limits():
+def test_reads_in_flight_grow_while_each_read_keeps_its_speed():
     gate = InFlight(1, 4, window=4)
-    run_reads(gate, lambda: time.sleep(0.01) or bytes(1000), 60, threads=4)
-    assert gate.limit == 4 and gate.settled
+    while not gate.settled:
+        for _ in range(gate.window):
+            gate.observe(1 << 20, 0.01)   # latency-bound: another read in flight does not slow this one
+    assert gate.limit == 4
 
 
-def test_reads_in_flight_settle_low_when_reads_share_one_resource():
-    lock = threading.Lock()
-
-    def serialised():
-        with lock:   # a CPU- or link-bound read: more at once only makes each one slower
-            time.sleep(0.005)
-        return bytes(1000)
-
-    gate = InFlight(1, 6, window=4)
-    run_reads(gate, serialised, 60, threads=6)
-    assert gate.settled and gate.limit <= 2
+@pytest.mark.parametrize("extra_cost,settles_at", [(1.0, 1), (0.6, 1), (0.3, 2), (0.1, 8)])
+def test_reads_in_flight_settle_where_another_read_stops_paying(extra_cost, settles_at):
+    """Reads sharing one resource: with k in flight each takes 1 + extra_cost * (k - 1) times as long."""
+    gate = InFlight(1, 8, window=4)
+    while not gate.settled:
+        seconds = 0.01 * (1 + extra_cost * (gate.limit - 1))
+        for _ in range(gate.window):
+            gate.observe(1 << 20, seconds)
+    assert gate.limit == settles_at
 
 
-def test_a_fixed_number_of_reads_in_flight_never_changes():
-    gate = InFlight(3, 3)
-    assert gate.settled
-    run_reads(gate, lambda: bytes(10), 20, threads=3)
-    assert gate.limit == 3
+def test_the_gate_never_runs_more_reads_than_its_limit():
+    gate, lock, running, most = InFlight(3, 3), threading.Lock(), [0], [0]
+
+    def read():
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.002)
+        with lock:
+            running[0] -= 1
+        return bytes(10)
+
+    list(read_ahead(range(40), lambda step: gate.run(read), ahead=40, threads=8))
+    assert most[0] == 3 and gate.limit == 3 and gate.settled

@@ -4,9 +4,10 @@ Over a network, reads in flight hide latency, and the right number depends on th
 object store 20 ms away wants 8 or more, nginx on loopback is CPU-bound and does best with 1
 or 2 (more only add thread and GIL contention).  `InFlight` starts at `start` and, after every
 `window` reads at the current limit, compares the throughput reads achieve (limit x median
-bytes per second of one read, which a slow consumer does not disturb) with the best so far:
-at least `gain` times better, and the limit grows by one, up to `most`; otherwise it settles
-for good, one step back if the last step made things worse.  Only timing adapts: what is read, and the order samples come out in, never does.
+bytes per second of one read, which a slow consumer does not disturb) with the throughput
+before the last step.  If the read added brought at least `gain` (half) of what one read
+alone brings on average, the limit grows by one, up to `most`; otherwise it goes back to
+the count before that step and settles for good.  Only timing adapts: what is read, and the order samples come out in, never does.
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ import time
 class InFlight:
     """A gate that lets at most `limit` reads run at once; `limit` grows from `start` towards `most`."""
 
-    def __init__(self, start: int, most: int, window: int = 8, gain: float = 1.15):
+    def __init__(self, start: int, most: int, window: int = 8, gain: float = 0.5):
         self.limit, self.most = max(1, min(start, most)), max(1, most)
         self.window, self.gain = window, gain
         self.settled = self.limit >= self.most
-        self._best, self._rates, self._running = 0.0, [], 0
+        self._before, self._rates, self._running = 0.0, [], 0
         self._gate = threading.Condition()
 
     def run(self, read, *args) -> bytes:
@@ -38,10 +39,12 @@ class InFlight:
                 self._running -= 1
                 self._gate.notify()
         if not self.settled:
-            self._observe(len(data) / max(time.perf_counter() - start, 1e-9))
+            self.observe(len(data), time.perf_counter() - start)
         return data
 
-    def _observe(self, rate: float) -> None:
+    def observe(self, nbytes: int, seconds: float) -> None:
+        """One finished read of `nbytes` that took `seconds`; every `window` of them may move `limit`."""
+        rate = nbytes / max(seconds, 1e-9)
         with self._gate:
             if self.settled:
                 return
@@ -50,11 +53,11 @@ class InFlight:
                 return
             throughput = self.limit * statistics.median(self._rates)
             self._rates = []
-            if throughput < self._best * self.gain:
+            if self._before and throughput < self._before * (1 + self.gain / (self.limit - 1)):
                 self.settled = True
-                self.limit -= throughput < self._best  # the step up made it worse: back to the best
+                self.limit -= 1  # the last step did not pay: back to the count before it
                 return
-            self._best = throughput
+            self._before = throughput
             self.limit += 1
             self.settled = self.limit >= self.most
             self._gate.notify_all()
