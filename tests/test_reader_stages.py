@@ -134,20 +134,25 @@ def fake_piece(start: int, stop: int) -> list:
 
 def test_order_yields_each_buffer_in_its_order_and_releases_what_left():
     residency = Residency()
-    residency.hold(sum(10 + i for i in range(6)))
+    residency.split(0, sum(10 + i for i in range(6)))
     steps = [fake_piece(0, 3), fake_piece(3, 6), Marker(np.array([4, 0, 2, 5, 1, 3]))]
     got = [x["index"] for x in buffer_order(steps, residency)]
     assert got == [4, 0, 2, 5, 1, 3] and residency.held == 0
 
 
 def test_order_holds_samples_read_for_an_earlier_buffer_until_listed():
+    residency = Residency()
+    residency.split(0, sum(10 + i for i in range(6)))
     steps = [fake_piece(0, 4), Marker(np.array([1, 3])), fake_piece(4, 6), Marker(np.array([5, 0, 4, 2]))]
-    assert [x["index"] for x in buffer_order(steps, Residency())] == [1, 3, 5, 0, 4, 2]
+    got = buffer_order(steps, residency)
+    assert [next(got)["index"] for _ in range(3)] == [1, 3, 5]
+    assert residency.payloads == sum(10 + i for i in (0, 2, 4, 5))  # the first buffer's two left
+    assert [x["index"] for x in got] == [0, 4, 2] and residency.payloads == 0
 
 
 def test_order_yields_a_sample_listed_twice_as_two_distinct_dicts():
     residency = Residency()
-    residency.hold(2 * sum(10 + i for i in range(2)))
+    residency.split(0, 2 * sum(10 + i for i in range(2)))
     steps = [fake_piece(0, 2), fake_piece(0, 2), Marker(np.array([1, 0, 0, 1]))]
     got = list(buffer_order(steps, residency))
     assert [x["index"] for x in got] == [1, 0, 0, 1]

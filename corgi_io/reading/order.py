@@ -18,8 +18,9 @@ _data = itemgetter("data")
 def buffer_order(steps, residency):
     """Yield the samples of `steps` (sample lists and Marker(order) buffer ends) in each buffer's order.
 
-    `residency.release(nbytes)` is told of the payload bytes that leave: repeats dropped on
-    arrival, and each buffer's yielded samples once the buffer is done.
+    `residency` is told of the payload bytes that leave: repeats dropped on arrival, and each
+    buffer's yielded samples once the buffer is done (`release_all` when nothing stays resident,
+    which spares a pass over the samples).
     """
     resident: dict = {}   # sample id -> dict, read but not yet yielded
     repeats: dict = {}    # sample id -> extra listings still to yield as copies
@@ -32,7 +33,11 @@ def buffer_order(steps, residency):
             yield from _yield_with_repeats(order, resident, repeats, residency)
             continue
         out = list(map(resident.pop, order))   # C speed; a missing id is a broken plan (KeyError)
-        freed = sum(map(len, map(_data, out)))  # before the consumer replaces "data" with a decoded value
+        if not resident:
+            yield from out
+            residency.release_all()
+            continue
+        freed = sum(map(len, map(_data, out)))  # samples stay for later buffers (window mode, carried batches)
         yield from out
         residency.release(freed)
 

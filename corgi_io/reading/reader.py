@@ -32,17 +32,32 @@ from .split import PieceSplitter
 
 
 class Residency:
-    """Bytes of sample data held (read, in flight, or split and not yet yielded) and their peak."""
+    """Bytes of sample data held, and their peak: pieces read or being read, plus payloads split and not yet yielded."""
 
     def __init__(self):
-        self.held = self.peak = 0
+        self.reading = self.payloads = self.peak = 0
+
+    @property
+    def held(self) -> int:
+        return self.reading + self.payloads
 
     def hold(self, nbytes: int) -> None:
-        self.held += nbytes
+        """A read of `nbytes` was submitted."""
+        self.reading += nbytes
         self.peak = max(self.peak, self.held)
 
+    def split(self, record_bytes: int, payload_bytes: int) -> None:
+        """A piece of `record_bytes` became samples holding `payload_bytes` (its framing is gone)."""
+        self.reading -= record_bytes
+        self.payloads += payload_bytes
+
     def release(self, nbytes: int) -> None:
-        self.held -= nbytes
+        """Payloads of `nbytes` left (yielded, or dropped as repeats)."""
+        self.payloads -= nbytes
+
+    def release_all(self) -> None:
+        """Every split payload left: no sample is held any more."""
+        self.payloads = 0
 
 
 
@@ -103,10 +118,9 @@ class PieceReader:
         return data
 
     def piece_samples(self, piece) -> tuple:
-        """(the piece's sample dicts, its framing bytes): read, verify and split, in a reading thread."""
+        """(the piece's sample dicts, its record bytes, their payload bytes): read, verify and split, in a reading thread."""
         data = self.read_piece(piece)
-        samples, payload_bytes = self.splitter.split(piece, data)
-        return samples, len(data) - payload_bytes
+        return (*self.splitter.split(piece, data), len(data))
 
     def _settled(self, pieces):
         """Sample lists and markers on to the order stage; a piece's framing stops counting as held."""
@@ -114,6 +128,6 @@ class PieceReader:
             if isinstance(item, Marker):
                 yield item
                 continue
-            samples, framing_bytes = item
-            self.residency.release(framing_bytes)
+            samples, payload_bytes, record_bytes = item
+            self.residency.split(record_bytes, payload_bytes)
             yield samples
