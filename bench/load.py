@@ -160,20 +160,23 @@ def peer_rounds(roots: dict, args) -> dict:
 
 
 def report_peers(runs: dict, names: list, rounds: int) -> None:
-    """Per line and contender: median samples/s, corgi's ratio against it (median of per-round ratios), peak RSS."""
+    """Per line and contender: median samples/s, peak RSS, and corgi's ratio against it (median of per-round ratios)."""
     for cache, workers in LINES:
         line = peer_line_name(cache, workers)
         corgi_runs = runs[(line, "corgi")]
         for name in names:
             got = runs[(line, name)]
-            if any("error" in r for r in got):
-                print(f"load {line:40s} {name:11s} failed: {next(r['error'] for r in got if 'error' in r)}")
+            failed = [r["error"] for r in got + corgi_runs if "error" in r]
+            if failed:
+                print(f"load {line:40s} {name:11s} failed: {failed[0]}")
                 continue
-            ratios = sorted(c["samples_s"] / r["samples_s"] for c, r in zip(corgi_runs, got) if "error" not in c)
             rss = max(r["rss_mb"] for r in got) + (max(r["worker_rss_mb"] for r in got) if workers else 0)
-            print(f"load {line:40s} {name:11s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
-                  f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  corgi/{name} "
-                  f"{statistics.median(ratios):5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})  peak RSS {rss:6.0f} MB")
+            text = (f"load {line:40s} {name:11s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
+                    f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  peak RSS {rss:6.0f} MB")
+            if name != "corgi":
+                ratios = sorted(c["samples_s"] / r["samples_s"] for c, r in zip(corgi_runs, got))
+                text += f"  corgi/{name} {statistics.median(ratios):5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})"
+            print(text)
     print(f"# median of {rounds} interleaved rounds, each measurement in a fresh process; peak RSS: the process's "
           "(with workers: plus the largest worker's), the most over the rounds")
 
@@ -219,7 +222,7 @@ def main():
     roots = {"corgi": root, "litdata": write_litdata(corpus, args.workdir / f"litdata-{args.n}"),
              "webdataset": root, "mosaic": write_mosaic(corpus, args.workdir / f"mosaic-{args.n}")}
     roots = {name: path for name, path in roots.items() if path is not None}
-    report_peers(peer_rounds(roots, args), [n for n in roots if n != "corgi"], args.rounds)
+    report_peers(peer_rounds(roots, args), list(roots), args.rounds)
 
 
 def http_rate(url: str, shuffle: str, read_threads, seconds: float) -> tuple:
