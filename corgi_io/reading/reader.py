@@ -12,7 +12,7 @@ whole samples inside one block) and the order to yield the buffer's samples in. 
 
 Stages 1-3 run in the reading thread, one piece after the other: the split copies each payload
 out of bytes that the read and the checksum have just brought into that core's cache, and the
-consumer's thread is left with the ordering (bench/load.py: 11.8 against 15 µs of CPU per sample
+consumer's thread is left with the ordering (on bench/load.py's corpus: 11.8 against 15 µs of CPU per sample
 when the split ran in the consumer).
 
 Memory bound: the resident sample data is at most the current buffer's pieces plus
