@@ -246,8 +246,10 @@ def run_http(root: Path, args, manifest) -> None:
         url = f"{server.url}/ds"
         for threads in (None, 1, 4):
             label = "defaults" if threads is None else f"{threads} read{'s' * (threads > 1)} in flight"
-            runs = {mode: [http_rate(url, mode, threads, args.seconds) for _ in range(args.rounds)]
-                    for mode in ("corgipile", "full")}
+            runs = {"corgipile": [], "full": []}
+            for _ in range(args.rounds):  # interleaved
+                for mode, got in runs.items():
+                    got.append(http_rate(url, mode, threads, args.seconds))
             results = {f"{mode} over HTTP, {label}": tuple(statistics.median(r[0][i] for r in got) for i in (0, 1))
                        for mode, got in runs.items()}
             report("http", results, f"full over HTTP, {label}")
