@@ -24,38 +24,41 @@ from test_read_checks import piece_bytes
 # --- read-ahead ------------------------------------------------------------------------------------
 
 class SlowReads:
-    """A read that sleeps a little and records how many reads ran at once and were submitted ahead."""
+    """A read that records how many reads ran at once; the first `together` reads wait (up to a second)
+    until they all run, which read-ahead allows from its first pull on."""
 
-    def __init__(self, seconds: float = 0.01):
-        self.seconds, self.running, self.most_running = seconds, 0, 0
-        self.lock = threading.Lock()
+    def __init__(self, together: int = 1):
+        self.together, self.running, self.most_running = together, 0, 0
+        self.changed = threading.Condition()
 
     def __call__(self, step):
-        with self.lock:
+        with self.changed:
             self.running += 1
             self.most_running = max(self.most_running, self.running)
-        time.sleep(self.seconds)
-        with self.lock:
+            self.changed.notify_all()
+            if step < self.together:
+                self.changed.wait_for(lambda: self.most_running >= self.together, timeout=1.0)
+        with self.changed:
             self.running -= 1
         return ("read", step)
 
 
 def test_read_ahead_yields_reads_and_markers_in_step_order():
     steps = [1, 2, Marker("a"), 3, Marker("b"), Marker("c"), 4]
-    got = list(read_ahead(steps, SlowReads(0.001), ahead=2, threads=2))
+    got = list(read_ahead(steps, SlowReads(), ahead=2, threads=2))
     assert got == [("read", 1), ("read", 2), Marker("a"), ("read", 3), Marker("b"), Marker("c"), ("read", 4)]
 
 
 @pytest.mark.parametrize("ahead,threads", [(1, 1), (3, 2), (6, 4)])
 def test_read_ahead_keeps_several_reads_in_flight_but_no_more_than_asked(ahead, threads):
-    reads, submitted, consumed = SlowReads(), [], []
+    reads, submitted, consumed = SlowReads(together=min(ahead, threads)), [], []
     stage = read_ahead(range(20), reads, ahead=ahead, threads=threads, on_submit=submitted.append)
     for item in stage:
         consumed.append(item)
         assert len(submitted) - len(consumed) <= ahead   # read or in flight, not yet consumed
-        time.sleep(0.005)
+        time.sleep(0.002)
     assert [step for _, step in consumed] == list(range(20))
-    assert reads.most_running == min(ahead, threads)
+    assert reads.most_running == min(ahead, threads)   # as many at once as allowed, never more
 
 
 def test_read_ahead_raises_a_failed_read_in_the_consumer_and_stops_reading():
