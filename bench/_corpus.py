@@ -8,14 +8,28 @@ import numpy as np
 from PIL import Image
 
 
-def make_jpeg_corpus(root, n: int = 3000, classes: int = 10, seed: int = 0) -> Path:
-    """Write `n` JPEGs into `root/class_k/` (reused if already there); widths are lognormal, median 160 px."""
+def lognormal_widths(rng, n: int) -> np.ndarray:
+    """Widths with a lognormal law, median 160 px, clipped to 16..1600."""
+    return np.clip(rng.lognormal(np.log(160), 0.6, n), 16, 1600).astype(int)
+
+
+def mixture_widths(rng, n: int) -> np.ndarray:
+    """The load benchmark's long tail (issue 10): 90% at 64..256 px, 10% at 256..1024 px."""
+    large = rng.random(n) < 0.1
+    return np.where(large, rng.integers(256, 1025, n), rng.integers(64, 257, n))
+
+
+WIDTHS = {"lognormal": lognormal_widths, "mixture": mixture_widths}
+
+
+def make_jpeg_corpus(root, n: int = 3000, classes: int = 10, seed: int = 0, widths: str = "lognormal") -> Path:
+    """Write `n` JPEGs into `root/class_k/` (reused if already there), widths drawn by `WIDTHS[widths]`."""
     root = Path(root)
-    marker = root / f".complete-{n}-{classes}-{seed}"
+    marker = root / (f".complete-{n}-{classes}-{seed}" + ("" if widths == "lognormal" else f"-{widths}"))
     if marker.exists():
         return root
     rng = np.random.default_rng(seed)
-    widths = np.clip(rng.lognormal(np.log(160), 0.6, n), 16, 1600).astype(int)
+    widths = WIDTHS[widths](rng, n)
     aspect = rng.uniform(0.5, 1.5, n)
     for i, (w, a) in enumerate(zip(widths, aspect)):
         h = max(16, int(w * a))

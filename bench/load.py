@@ -1,27 +1,34 @@
-"""Loader throughput, bytes only: CorgiPile against webdataset / tfrecord shuffle pipelines and full random access.
+"""Loader throughput, bytes only, shuffle on: corgi-io against litdata, webdataset and Mosaic streaming.
 
-One corpus of long-tailed JPEGs is packed twice (wds and tfrecord, blocks of
---block-samples).  Every contender shuffles with the same buffer memory: CorgiPile
-holds --buffer-blocks blocks, the streaming shuffles hold that many samples'
-worth (buffer_blocks * mean samples per block).  Each is measured with a warm page cache
-and with the shard files evicted (POSIX_FADV_DONTNEED).  Ratios are against the named
-baseline measured in the same run.
+The corpus is --n long-tailed JPEGs (90% at 64..256 px, 10% at 256..1024 px), packed once as wds
+(blocks of --block-samples, 64 MB shards) and written by litdata (and Mosaic, where it imports)
+in their own formats, all cached under --workdir.
 
-    python bench/load.py [--n 10000] [--http] [--rounds 5]
+    python bench/load.py [--n 20000] [--rounds 3] [--http]
 
 First, the cost of checking every sample's checksum (verify_reads=True, the default) against
-not checking: whole epochs of the wds pack, warm cache, the two modes interleaved, median of
---rounds rounds.
+not checking: whole epochs, warm cache, the two modes interleaved, median of --rounds rounds.
 
---http serves the wds pack from nginx on 127.0.0.1 and compares corgipile with "full", with
-the remote default of 4 reads in flight and with a single reader (on loopback with 2 cores,
-extra reads in flight help per-sample "full" and cost corgipile GIL time).
+Then four lines, as issue 10 asks: one process and DataLoader(num_workers=2, batch_size=64,
+collate = a list of samples), each with a warm page cache and with every file of the contender
+evicted (POSIX_FADV_DONTNEED).  Each measurement runs in a fresh process (bench/_loaders.py);
+rounds interleave the contenders (their order rotated), and every line gives the median
+samples/s, corgi's ratio against each peer (median of the per-round ratios, with their range)
+and the peak RSS.  corgi keeps its default buffer (16 blocks); webdataset's shuffle buffer holds
+as many samples.  Peers are optional: `pip install --no-deps litdata lightning-utilities` (see
+pyproject); one that does not import is reported with the reason.
+
+--http serves the pack from nginx on 127.0.0.1 and compares corgipile with per-sample random
+access ("full"), at the default settings and with explicit reads in flight.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
-from _corpus import drop_page_cache, make_jpeg_corpus  # noqa: E402
+from _corpus import corpus_files, drop_page_cache, make_jpeg_corpus  # noqa: E402
 
 
 def rate(samples, seconds_budget: float):
@@ -88,33 +95,99 @@ def verify_cost(root, args, num_samples: int) -> None:
           f"interleaved rounds of {epochs} epochs; per-round ratios {ratios[0]:.2f}..{ratios[-1]:.2f}; target <= 10%)")
 
 
-def webdataset_shuffle(root, buffer_samples):
-    import webdataset as wds
-
-    urls = sorted(str(p) for p in Path(root).glob("shard-*.tar"))
-    pipeline = wds.WebDataset(urls, shardshuffle=False, empty_check=False).shuffle(buffer_samples)
-    return (sample["jpg"] for sample in pipeline)
+LINES = (("warm", 0), ("cold", 0), ("warm", 2), ("cold", 2))  # (cache, DataLoader workers; 0: one process)
 
 
-def tfrecord_shuffle(root, buffer_samples):
-    from tfrecord.torch.dataset import MultiTFRecordDataset
-
-    shards = sorted(p.name[:-len(".tfrecord")] for p in Path(root).glob("shard-*.tfrecord"))
-    dataset = MultiTFRecordDataset(str(Path(root) / "{}.tfrecord"), str(Path(root) / "{}.tfrecord.index"),
-                                   {s: 1.0 for s in shards}, description={"data": "byte", "label": "int"},
-                                   shuffle_queue_size=buffer_samples, infinite=False)
-    return (bytes(sample["data"]) for sample in dataset)
+def peer_line_name(cache: str, workers: int) -> str:
+    return f"{cache}, " + ("one process" if not workers else f"DataLoader {workers} workers, batch 64")
 
 
-def pack_both(corpus: Path, out: Path, block_samples: int) -> dict:
+def write_litdata(corpus: Path, out: Path) -> Path | None:
+    """litdata's own chunks of the same JPEGs (BinaryWriter, 64 MB chunks), cached under `out`; None without litdata."""
+    try:
+        from litdata.streaming.writer import BinaryWriter
+    except ImportError as exc:
+        print(f"# litdata: not installed ({exc}); pip install --no-deps litdata lightning-utilities")
+        return None
+    if not (out / "index.json").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        writer = BinaryWriter(str(out), chunk_bytes="64MB")
+        for i, (path, label) in enumerate(corpus_files(corpus)):
+            writer.add_item(i, {"data": Path(path).read_bytes(), "label": label})
+        writer.done()
+        writer.merge()
+    return out
+
+
+def write_mosaic(corpus: Path, out: Path) -> Path | None:
+    """Mosaic streaming's MDS shards of the same JPEGs, cached under `out`; None (and why) when it does not import."""
+    why = subprocess.run([sys.executable, "-c", "import streaming"], capture_output=True, text=True).stderr
+    if why:
+        print(f"# mosaic streaming: cannot import ({why.strip().splitlines()[-1]})")
+        return None
+    from streaming import MDSWriter
+
+    if not (out / "index.json").exists():
+        with MDSWriter(out=str(out), columns={"data": "bytes", "label": "int"}, size_limit="64mb") as writer:
+            for path, label in corpus_files(corpus):
+                writer.write({"data": Path(path).read_bytes(), "label": label})
+    return out
+
+
+def measure_once(contender: str, root: Path, cache: str, workers: int, args) -> dict:
+    """One measurement in a fresh process (bench/_loaders.py); the root's files evicted first when cold."""
+    if cache == "cold":
+        drop_page_cache(p for p in root.rglob("*") if p.is_file())
+    command = [sys.executable, str(HERE / "_loaders.py"), contender, str(root), "--workers", str(workers),
+               "--seconds", str(args.seconds), "--buffer-blocks", str(args.buffer_blocks),
+               "--shuffle-samples", str(args.shuffle_samples)] + (["--cold"] if cache == "cold" else [])
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def peer_rounds(roots: dict, args) -> dict:
+    """{(line, contender): [measurement per round]}, contenders interleaved and their order rotated each round."""
+    runs = {}
+    names = list(roots)
+    for round_ in range(args.rounds):
+        for cache, workers in LINES:
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                runs.setdefault((peer_line_name(cache, workers), name), []).append(
+                    measure_once(name, roots[name], cache, workers, args))
+    return runs
+
+
+def report_peers(runs: dict, names: list, rounds: int) -> None:
+    """Per line and contender: median samples/s, peak RSS, and corgi's ratio against it (median of per-round ratios)."""
+    for cache, workers in LINES:
+        line = peer_line_name(cache, workers)
+        corgi_runs = runs[(line, "corgi")]
+        for name in names:
+            got = runs[(line, name)]
+            failed = [r["error"] for r in got + corgi_runs if "error" in r]
+            if failed:
+                print(f"load {line:40s} {name:11s} failed: {failed[0]}")
+                continue
+            rss = max(r["rss_mb"] for r in got) + (max(r["worker_rss_mb"] for r in got) if workers else 0)
+            text = (f"load {line:40s} {name:11s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
+                    f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  peak RSS {rss:6.0f} MB")
+            if name != "corgi":
+                ratios = sorted(c["samples_s"] / r["samples_s"] for c, r in zip(corgi_runs, got))
+                text += f"  corgi/{name} {statistics.median(ratios):5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})"
+            print(text)
+    print(f"# median of {rounds} interleaved rounds, each measurement in a fresh process; peak RSS: the process's "
+          "(with workers: plus the largest worker's), the most over the rounds")
+
+
+def pack_wds(corpus: Path, out: Path, block_samples: int) -> Path:
     from corgi_io import PackOptions, pack
 
-    roots = {}
-    for fmt in ("wds", "tfrecord"):
-        roots[fmt] = out / fmt
-        pack(corpus, roots[fmt], PackOptions(format=fmt, block_samples=block_samples, shard_bytes=64 << 20),
-             workers=2, progress=False)
-    return roots
+    if not (out / "manifest.json").exists():
+        pack(corpus, out, PackOptions(format="wds", block_samples=block_samples, shard_bytes=64 << 20),
+             workers=2, progress=False, overwrite=True)
+    return out
 
 
 def report(cache: str, results: dict, baseline: str) -> None:
@@ -125,48 +198,45 @@ def report(cache: str, results: dict, baseline: str) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--block-samples", type=int, default=1024, help="pack default; blocks also stop at 4 MiB")
-    parser.add_argument("--buffer-blocks", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=10.0, help="time budget per measurement")
+    parser.add_argument("--buffer-blocks", type=int, default=16, help="corgi's shuffle buffer (the dataset default)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="warm measurements: whole epochs for this long")
     parser.add_argument("--http", action="store_true")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the checked/unchecked comparison")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; lines give the median")
     parser.add_argument("--workdir", type=Path, default=HERE / "out" / "load")
     args = parser.parse_args()
-    corpus = make_jpeg_corpus(args.workdir / "corpus", args.n)
-    roots = pack_both(corpus, args.workdir / "packs", args.block_samples)
+    corpus = make_jpeg_corpus(args.workdir / f"corpus-{args.n}", args.n, widths="mixture")
+    root = pack_wds(corpus, args.workdir / f"packs-{args.n}" / "wds", args.block_samples)
     from corgi_io.manifest import open_manifest
 
-    manifest = open_manifest(roots["wds"])
-    buffer_samples = int(args.buffer_blocks * manifest.blocks.count.mean())
+    manifest = open_manifest(root)
+    args.shuffle_samples = int(args.buffer_blocks * manifest.blocks.count.mean())
     print(f"# {manifest.num_samples} JPEGs, {manifest.samples.bytes.sum() / 1e6:.0f} MB, {len(manifest.blocks)} blocks "
-          f"of {args.block_samples}; buffer {args.buffer_blocks} blocks = {buffer_samples} samples")
+          f"of {args.block_samples}; buffer {args.buffer_blocks} blocks = {args.shuffle_samples} samples "
+          f"(webdataset's shuffle buffer holds as many)")
     if args.http:
-        run_http(roots["wds"], args, manifest)
+        run_http(root, args, manifest)
         return
-    verify_cost(roots["wds"], args, manifest.num_samples)
-    contenders = {
-        "corgipile (wds pack)": lambda: corgi(roots["wds"], "corgipile", args.buffer_blocks),
-        "corgipile (tfrecord pack)": lambda: corgi(roots["tfrecord"], "corgipile", args.buffer_blocks),
-        f"webdataset .shuffle({buffer_samples})": lambda: webdataset_shuffle(roots["wds"], buffer_samples),
-        f"tfrecord shuffle_queue_size={buffer_samples}": lambda: tfrecord_shuffle(roots["tfrecord"], buffer_samples),
-        "full (per-sample reads)": lambda: corgi(roots["wds"], "full", args.buffer_blocks),
-    }
-    shard_files = [str(p) for root in roots.values() for p in root.glob("shard-*")]
-    for cache in ("warm", "cold"):
-        results = {}
-        for name, make in contenders.items():
-            if cache == "warm":
-                rate(make(), args.seconds)  # one pass to warm the cache
-            else:
-                drop_page_cache(shard_files)
-            results[name] = rate(make(), args.seconds)
-        report(cache, results, f"webdataset .shuffle({buffer_samples})")
+    verify_cost(root, args, manifest.num_samples)
+    roots = {"corgi": root, "litdata": write_litdata(corpus, args.workdir / f"litdata-{args.n}"),
+             "webdataset": root, "mosaic": write_mosaic(corpus, args.workdir / f"mosaic-{args.n}")}
+    roots = {name: path for name, path in roots.items() if path is not None}
+    report_peers(peer_rounds(roots, args), list(roots), args.rounds)
+
+
+def http_rate(url: str, shuffle: str, read_threads, seconds: float) -> tuple:
+    """((samples/s, MB/s), reads in flight at the end) of one CorgiPileDataset over HTTP."""
+    from corgi_io.loaders import CorgiPileDataset
+
+    dataset = CorgiPileDataset(url, shuffle=shuffle, seed=0, read_threads=read_threads)
+    result = rate((sample["data"] for sample in dataset), seconds)
+    return result, dataset.last_reader.in_flight.limit
 
 
 def run_http(root: Path, args, manifest) -> None:
-    import shutil
-
+    """corgipile against per-sample random access ("full") through nginx on loopback: the defaults
+    (reads in flight grown while they pay), then fixed counts; each pair interleaved, median of --rounds."""
     from http_server import NginxServer
 
     with NginxServer(args.workdir / "www") as server:
@@ -174,12 +244,18 @@ def run_http(root: Path, args, manifest) -> None:
         shutil.rmtree(served, ignore_errors=True)
         shutil.copytree(root, served)
         url = f"{server.url}/ds"
-        for threads in (None, 1):  # the remote default (4 reads in flight), and a single reader
-            label = "default 4 reads in flight" if threads is None else "1 read in flight"
-            results = {f"corgipile over HTTP, {label}": rate(corgi(url, "corgipile", args.buffer_blocks, threads),
-                                                              args.seconds),
-                       f"full over HTTP, {label}": rate(corgi(url, "full", args.buffer_blocks, threads), args.seconds)}
+        for threads in (None, 1, 4):
+            label = "defaults" if threads is None else f"{threads} read{'s' * (threads > 1)} in flight"
+            runs = {"corgipile": [], "full": []}
+            for _ in range(args.rounds):  # interleaved
+                for mode, got in runs.items():
+                    got.append(http_rate(url, mode, threads, args.seconds))
+            results = {f"{mode} over HTTP, {label}": tuple(statistics.median(r[0][i] for r in got) for i in (0, 1))
+                       for mode, got in runs.items()}
             report("http", results, f"full over HTTP, {label}")
+            if threads is None:
+                print("# reads in flight the defaults settled on: " +
+                      ", ".join(f"{mode} {sorted(r[1] for r in got)}" for mode, got in runs.items()))
 
 
 if __name__ == "__main__":

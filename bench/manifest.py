@@ -126,7 +126,7 @@ def measure_eager(root: str) -> dict:
 
 
 def read_piece_rows(m, start: int, stop: int) -> list:
-    """The rows BlockReader reads for one piece: its byte range, the running checksum, the payload split."""
+    """The rows PieceReader reads for one piece: its byte range, the running checksum, the payload split."""
     s = m.samples
     byte_range = (int(s.shard[start]), int(s.offset[start]), int(s.offset[stop - 1] + s.length[stop - 1]))
     split = [(s.data_offset[start:stop] - s.offset[start]).tolist(), s.bytes[start:stop].tolist(),
@@ -135,7 +135,7 @@ def read_piece_rows(m, start: int, stop: int) -> list:
 
 
 def measure_rank(root: str, world: int) -> dict:
-    """Rank 0's pieces of epoch 0, validated and read as BlockReader reads them; RSS before and after."""
+    """Rank 0's pieces of epoch 0, validated and read as PieceReader reads them; RSS before and after."""
     from corgi_io.schedule import assign_ranks
 
     m = open_manifest(root)

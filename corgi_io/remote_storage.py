@@ -72,7 +72,7 @@ class FsspecStorage(Storage):
     (404) or a refused permission fails at once. `retried` counts retries.
     """
 
-    concurrent_reads = 4  # requests in flight hide network latency (bench/load.py --http)
+    reads_in_flight = (1, 8)  # (first, most): grown while it pays (corgi_io/reading/in_flight.py, docs/operations.md)
 
     def __init__(self, root: str, *, retry_seconds: float = 20.0, open_retry_seconds: float = 2.0,
                  backoff: float = 0.1, max_backoff: float = 2.0, **storage_options):

@@ -90,7 +90,7 @@ class LocalStorage(Storage):
     readahead state, so workers reading different blocks would defeat it.
     """
 
-    concurrent_reads = 2  # a second read in flight helps Lustre RPCs and cold disks; more costs GIL time
+    reads_in_flight = (2, 2)  # (first, most): a second read helps Lustre RPCs and cold disks; more costs GIL time
 
     def __init__(self, root: str, *, max_open: int = 64, fadvise: bool = True):
         super().__init__(os.path.abspath(os.path.expanduser(root)))

@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from corgi_io.block_reader import BlockReader
+from corgi_io.reading import PieceReader
 from corgi_io.packing.corpus import discover
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io import PackOptions, pack
@@ -189,7 +189,7 @@ def epoch_sequence(m, seed, epoch):
 
 def rank_worker_samples(ds, num_workers):
     """What each emulated DataLoader worker of this rank yields: a list of sample dicts per worker."""
-    return [list(BlockReader(ds.manifest, ds.storage, 2).samples(ds.plan(worker, num_workers)))
+    return [list(PieceReader(ds.manifest, ds.storage, 2).samples(ds.plan(worker, num_workers)))
             for worker in range(num_workers)]
 
 

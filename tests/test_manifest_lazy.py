@@ -209,7 +209,7 @@ def test_remote_open_reads_headers_and_tables_and_rows_on_demand(pack, http_root
 def test_a_reader_never_yields_a_sample_of_a_block_whose_rows_are_damaged(packed_mixed, tmp_path):
     """A label outside the label index in block 2 does not stop the open; the reader raises the one-line
     ManifestError when it reaches block 2, after every sample of the blocks before it and none of block 2."""
-    from corgi_io.block_reader import BlockReader
+    from corgi_io.reading import PieceReader
     from corgi_io.schedule import block_pieces, buffer_plan
 
     root = tmp_path / "pack"
@@ -225,6 +225,6 @@ def test_a_reader_never_yields_a_sample_of_a_block_whose_rows_are_damaged(packed
                        buffer_pieces=1, seed=0, epoch=0, rank=0, worker=0, window_samples=1)
     got = []
     with pytest.raises(ManifestError) as info:
-        got.extend(sample["index"] for sample in BlockReader(m, LocalStorage(str(root))).samples(plan))
+        got.extend(sample["index"] for sample in PieceReader(m, LocalStorage(str(root))).samples(plan))
     assert got == list(range(int(m.blocks.first[2])))
     assert str(info.value).startswith(f"{root}/columns: sample label outside") and "\n" not in str(info.value)

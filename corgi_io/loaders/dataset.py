@@ -2,7 +2,7 @@
 
 Per epoch: the planning core (`corgi_io.schedule`) orders the blocks, gives every rank
 the same number of samples, splits a rank's share among DataLoader workers, and groups
-each worker's pieces into shuffle buffers.  `BlockReader` then reads each piece with one
+each worker's pieces into shuffle buffers.  `PieceReader` then reads each piece with one
 ranged read, ahead of the consumer, and the samples come out in the plan's order.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import torch
 
-from corgi_io.block_reader import BlockReader
+from corgi_io.reading import PieceReader
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSpec, block_order, block_pieces,
                                buffer_plan, check_mode, fit_cost, piece_counts, rank_plan, samples_per_rank,
@@ -99,7 +99,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.decode, self.transform = get_decoder(decode, max_pixels), transform
         self.verify_reads = verify_reads
         self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
-        self.read_threads = read_threads  # reads in flight; None: the storage's default (2 local, 4 remote)
+        self.read_threads = read_threads  # reads in flight; None: the storage's (2 local; remote: 1, grown up to 8)
         self.storage_options = storage_options or {}
         self.block_owner = None if partitions is None else self._block_owner(partitions)
         self.epoch = 0
@@ -107,7 +107,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
         self._storage, self._storage_pid = None, None
-        self.last_reader = None  # the BlockReader of the latest iteration in this process (for its counters)
+        self.last_reader = None  # the PieceReader of the latest iteration in this process (for its counters)
         self._rank_cache = None  # (epoch key, this rank's pieces): planned once per rank and epoch
         self._fingerprint = None  # of the pack, for resume states
         self._resume = None      # a merged saved state, applied by the next iteration of its epoch
@@ -309,18 +309,19 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def _samples(self):
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
-        reader = BlockReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
+        reader = PieceReader(self.manifest, self.storage, self.prefetch_blocks, self.read_threads,
                              verify=self.verify_reads)
         self.last_reader = reader
         plan, finished, self._yielded = self._epoch_plan(worker, num_workers)
         self._progress = (self.epoch, finished, self.world_size, num_workers, worker)
         decode = epoch_decoder(self.decode, self.seed, self.epoch)  # random video clips follow (seed, epoch, index)
+        transform = self.transform
         for sample in reader.samples(plan):
             self._yielded += 1
             if decode is not None:
                 sample["data"] = self._decoded(decode, sample)
-            if self.transform is not None:
-                sample["data"] = self.transform(sample["data"])
+            if transform is not None:
+                sample["data"] = transform(sample["data"])
             yield sample
 
     def _decoded(self, decode, sample: dict):

@@ -1,4 +1,4 @@
-"""BlockReader: executing buffer plans against real shards through LocalStorage.
+"""PieceReader: executing buffer plans against real shards through LocalStorage.
 
 One ranged read per piece, samples in plan order with the exact payload bytes, repeated
 listings, errors from the read threads surfacing in the consumer, early stops that leave
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corgi_io.block_reader import BlockReader
+from corgi_io.reading import PieceReader
 from corgi_io.manifest import open_manifest
 from corgi_io import PackOptions, pack
 from corgi_io.schedule import block_pieces, buffer_plan, piece_samples
@@ -61,7 +61,7 @@ def new_threads(before: set, grace: float = 5.0) -> set:
 
 def test_byte_range_of_a_whole_block_is_the_block(packed):
     m = open_manifest(packed)
-    reader = BlockReader(m, LocalStorage(packed))
+    reader = PieceReader(m, LocalStorage(packed))
     for b, piece in enumerate(all_pieces(m)):
         path, offset, length = reader.byte_range(piece)
         assert path == m.shards[int(m.blocks.shard[b])].path
@@ -79,7 +79,7 @@ def test_samples_follow_the_plan_with_exact_payloads_and_one_read_per_piece(pack
     storage = LocalStorage(packed)
     plan = list(buffer_plan(all_pieces(m, np.random.default_rng(0).permutation(len(m.blocks))), shuffle=mode,
                             buffer_pieces=3, seed=1, epoch=2, window_samples=10))
-    got = list(BlockReader(m, storage, prefetch_pieces=2).samples(plan))
+    got = list(PieceReader(m, storage, prefetch_pieces=2).samples(plan))
     assert [s["index"] for s in got] == np.concatenate([order for _, order in plan]).tolist()
     assert sorted(s["index"] for s in got) == list(range(m.num_samples))
     assert storage.reads == sum(len(p) for p, _ in plan)
@@ -96,7 +96,7 @@ def test_a_piece_listed_twice_is_read_twice_and_yields_distinct_samples(packed):
     piece = all_pieces(m)[2:3]
     ids = piece_samples(piece)
     plan = [(np.concatenate([piece, piece]), np.concatenate([ids[::-1], ids]))]  # padding repeats a piece
-    got = list(BlockReader(m, storage, 4).samples(plan))
+    got = list(PieceReader(m, storage, 4).samples(plan))
     assert [s["index"] for s in got] == ids[::-1].tolist() + ids.tolist()
     assert storage.reads == 2
     assert len({id(s) for s in got}) == len(got)  # the consumer may mutate one without touching the other
@@ -109,20 +109,20 @@ def test_samples_read_for_an_earlier_buffer_can_be_yielded_later(packed):
     pieces = all_pieces(m)[:3]
     ids = piece_samples(pieces)
     plan = [(pieces[:1], np.zeros(0, np.int64)), (pieces[1:], ids[::-1].copy())]
-    got = list(BlockReader(m, LocalStorage(packed), 1).samples(plan))
+    got = list(PieceReader(m, LocalStorage(packed), 1).samples(plan))
     assert [s["index"] for s in got] == ids[::-1].tolist()
 
 
 def test_an_empty_plan_reads_nothing(packed):
     storage = LocalStorage(packed)
-    assert list(BlockReader(open_manifest(packed), storage).samples([])) == []
+    assert list(PieceReader(open_manifest(packed), storage).samples([])) == []
     assert storage.reads == 0
 
 
 def test_peak_resident_bytes_is_bounded_by_buffer_plus_prefetch(packed):
     m = open_manifest(packed)
     buffer_pieces, prefetch = 2, 2
-    reader = BlockReader(m, LocalStorage(packed), prefetch)
+    reader = PieceReader(m, LocalStorage(packed), prefetch)
     for _ in reader.samples(buffer_plan(all_pieces(m), buffer_pieces=buffer_pieces)):
         time.sleep(0.001)
     largest = int(m.blocks.length.max())
@@ -132,7 +132,7 @@ def test_peak_resident_bytes_is_bounded_by_buffer_plus_prefetch(packed):
 def test_peak_resident_bytes_sees_a_full_buffer_plus_the_read_ahead(packed):
     m = open_manifest(packed)
     plan = list(buffer_plan(all_pieces(m), shuffle="block", buffer_pieces=2))
-    reader = BlockReader(m, LocalStorage(packed), prefetch_pieces=1)
+    reader = PieceReader(m, LocalStorage(packed), prefetch_pieces=1)
     for _ in reader.samples(plan):
         time.sleep(0.002)  # the next buffer's first piece is read while this buffer is yielded
     s = m.samples
@@ -167,7 +167,7 @@ def test_a_read_error_surfaces_in_the_consumer_naming_the_file(truncated, prefet
     before = set(threading.enumerate())
     got = []
     with pytest.raises(error, match=name) as info:
-        for s in BlockReader(m, LocalStorage(root), prefetch, verify=verify).samples(
+        for s in PieceReader(m, LocalStorage(root), prefetch, verify=verify).samples(
                 buffer_plan(all_pieces(m), shuffle="none", buffer_pieces=1)):
             got.append(s["index"])
     assert "offset" in str(info.value) and str(root) in str(info.value)
@@ -183,7 +183,7 @@ def test_a_read_error_in_the_first_piece_surfaces_before_any_sample(truncated, v
     root, m, name = truncated
     last = np.array([len(m.blocks) - 1])
     with pytest.raises(error, match=name):
-        next(iter(BlockReader(m, LocalStorage(root), 2, verify=verify).samples(buffer_plan(all_pieces(m, last)))))
+        next(iter(PieceReader(m, LocalStorage(root), 2, verify=verify).samples(buffer_plan(all_pieces(m, last)))))
 
 
 def test_an_error_raised_by_the_plan_surfaces_in_the_consumer(packed):
@@ -195,7 +195,7 @@ def test_an_error_raised_by_the_plan_surfaces_in_the_consumer(packed):
 
     got = []
     with pytest.raises(RuntimeError, match="plan exploded"):
-        for s in BlockReader(m, LocalStorage(packed), 3).samples(plan()):
+        for s in PieceReader(m, LocalStorage(packed), 3).samples(plan()):
             got.append(s["index"])
     assert got == list(range(len(got)))  # the plan is walked ahead of the consumer, so maybe fewer
 
@@ -213,7 +213,7 @@ def test_breaking_early_does_not_hang_and_leaves_no_thread(packed, prefetch):
     before = set(threading.enumerate())
     storage, out = LocalStorage(packed), []
     plan = buffer_plan(all_pieces(m), shuffle="full")  # one read per sample: many reads left to do
-    worker = threading.Thread(target=consume_some, args=(BlockReader(m, storage, prefetch), plan, 3, out))
+    worker = threading.Thread(target=consume_some, args=(PieceReader(m, storage, prefetch), plan, 3, out))
     worker.start()
     worker.join(10)
     assert not worker.is_alive(), "stopping early hung"
@@ -226,7 +226,7 @@ def test_closing_the_generator_explicitly_stops_reading(packed):
     m = open_manifest(packed)
     before = set(threading.enumerate())
     storage = LocalStorage(packed)
-    samples = BlockReader(m, storage, 2).samples(buffer_plan(all_pieces(m), buffer_pieces=1))
+    samples = PieceReader(m, storage, 2).samples(buffer_plan(all_pieces(m), buffer_pieces=1))
     next(samples)
     samples.close()
     reads = storage.reads
@@ -246,5 +246,5 @@ def test_concurrent_reads_with_descriptor_eviction_return_the_right_bytes(packed
     for epoch in range(40):
         storage = LocalStorage(packed, max_open=1)  # every switch of shard evicts (as > max_open shards do)
         plan = buffer_plan(all_pieces(m), shuffle="full", seed=0, epoch=epoch)
-        for s in BlockReader(m, storage, 4, read_threads=2).samples(plan):
+        for s in PieceReader(m, storage, 4, read_threads=2).samples(plan):
             assert s["data"] == want[s["index"]], f"epoch {epoch}: sample {s['index']} has wrong bytes"

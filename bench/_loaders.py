@@ -1,0 +1,116 @@
+"""One loader measurement in its own process: `python bench/_loaders.py CONTENDER MODE ROOT [options]`.
+
+bench/load.py runs every measurement through this script, so that each contender starts from a
+fresh interpreter (no page cache state or allocator state carried over from another contender)
+and its peak RSS is its own.  It prints one JSON line: samples/s, MB/s, samples, and the peak
+RSS in MB of the process (with `--workers`, also the largest DataLoader worker's).
+
+Contenders, bytes only, shuffle on:
+  corgi       CorgiPileDataset(ROOT), checksums checked (the default)
+  litdata     litdata.StreamingDataset(ROOT, shuffle=True) over chunks litdata wrote itself
+  webdataset  wds.WebDataset(tars).shuffle(buffer samples)
+  mosaic      streaming.StreamingDataset(local=ROOT, shuffle=True) over MDS shards
+
+Peers are optional bench extras, installed without their dependencies (see pyproject's `bench`
+note): an ImportError is reported as {"error": ...} and the line says why.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+
+def corgi(root: str, args):
+    from corgi_io.loaders import CorgiPileDataset
+
+    return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0), "data"
+
+
+def litdata(root: str, args):
+    from litdata import StreamingDataset
+
+    return StreamingDataset(root, shuffle=True, seed=0), "data"
+
+
+def webdataset(root: str, args):
+    import webdataset as wds
+
+    urls = sorted(str(p) for p in Path(root).glob("shard-*.tar"))
+    return wds.WebDataset(urls, shardshuffle=False, empty_check=False).shuffle(args.shuffle_samples), "jpg"
+
+
+def mosaic(root: str, args):
+    from streaming import StreamingDataset
+
+    return StreamingDataset(local=root, shuffle=True, shuffle_seed=0, batch_size=64), "data"
+
+
+CONTENDERS = {"corgi": corgi, "litdata": litdata, "webdataset": webdataset, "mosaic": mosaic}
+
+
+def as_list(batch: list) -> list:
+    """The trivial collate: the batch as a list of samples.  A memoryview payload (litdata,
+    Mosaic) cannot be pickled onto the worker queue, so it becomes bytes here, in the worker."""
+    return [dict(s, data=bytes(s["data"])) if isinstance(s.get("data"), memoryview) else s for s in batch]
+
+
+def payloads(dataset, field: str, workers: int):
+    """The payloads of one epoch, in the process (workers=0) or through DataLoader(num_workers, batch_size=64)."""
+    if not workers:
+        return (sample[field] for sample in dataset)
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=64, num_workers=workers, collate_fn=as_list)
+    return (sample[field] for batch in loader for sample in batch)
+
+
+def measure(make, seconds: float, epochs: int | None) -> tuple:
+    """(samples, bytes, seconds) of whole epochs: `epochs` of them, or as many as fit in `seconds`."""
+    count = nbytes = done = 0
+    start = time.perf_counter()
+    while True:
+        for data in make():
+            count += 1
+            nbytes += len(data)
+        done += 1
+        elapsed = time.perf_counter() - start
+        if (epochs is not None and done >= epochs) or (epochs is None and elapsed >= seconds):
+            return count, nbytes, elapsed
+
+
+def peak_rss_mb() -> dict:
+    """VmHWM of this process and the largest ru_maxrss of its finished children (DataLoader workers), in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"rss_mb": round(own, 1), "worker_rss_mb": round(children, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("contender", choices=sorted(CONTENDERS))
+    parser.add_argument("root")
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--cold", action="store_true", help="one epoch, no warm-up (the caller evicted the files)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="warm: whole epochs for at least this long")
+    parser.add_argument("--buffer-blocks", type=int, default=16)
+    parser.add_argument("--shuffle-samples", type=int, default=16384)
+    args = parser.parse_args()
+    try:
+        dataset, field = CONTENDERS[args.contender](args.root, args)
+    except ImportError as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        return
+    make = lambda: payloads(dataset, field, args.workers)  # noqa: E731
+    if not args.cold:
+        measure(make, 0, 1)  # warm the page cache and the contender's own state
+    count, nbytes, elapsed = measure(make, args.seconds, 1 if args.cold else None)
+    print(json.dumps({"samples_s": count / elapsed, "mb_s": nbytes / 1e6 / elapsed, "samples": count,
+                      **peak_rss_mb()}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
