@@ -83,8 +83,12 @@ def measure(make, seconds: float, epochs: int | None) -> tuple:
 
 
 def peak_rss_mb() -> dict:
-    """VmHWM of this process and the largest ru_maxrss of its finished children (DataLoader workers), in MB."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """VmHWM of this process and the largest ru_maxrss of its finished children (DataLoader workers), in MB.
+
+    Not this process's ru_maxrss: Linux keeps it across fork and exec, so it would start at the bench
+    driver's RSS.  VmHWM belongs to the address space, which exec makes new."""
+    with open("/proc/self/status") as status:
+        own = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"rss_mb": round(own, 1), "worker_rss_mb": round(children, 1)}
 

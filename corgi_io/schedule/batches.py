@@ -1,6 +1,8 @@
 """Size-balanced batch composition inside a worker's shuffle buffers, heavy samples aligned across ranks."""
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 import numpy as np
 
 
@@ -33,18 +35,34 @@ def balanced_batches(ids: np.ndarray, sizes: np.ndarray, batch_size: int, target
         by_size = np.concatenate((by_size[:j], by_size[j + spare:]))
     else:
         carry = by_size[:0]
-    slots = np.empty((m, batch_size), dtype=np.int64)
-    sums, room = np.zeros(m), np.full(m, batch_size)
-    for idx, x in zip(by_size.tolist(), sizes[by_size].tolist()):
-        lightest = sums[room > 0].min()
-        # strictly lighter than lightest + x, so two equal samples never share a batch while an emptier one has room
-        near = np.flatnonzero((room > 0) & ((sums < lightest + x) | (sums == lightest)))
-        b = near[rng.integers(len(near))]
-        room[b] -= 1
-        slots[b, room[b]] = idx
-        sums[b] += x
+    slots = _place_largest_first(by_size, sizes, m, batch_size, rng)
     slots = rng.permuted(slots[rng.permutation(m)], axis=1)
     return ids[slots.ravel()], ids[carry]
+
+
+def _place_largest_first(by_size: np.ndarray, sizes: np.ndarray, m: int, batch_size: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """The (m, batch_size) positions of `by_size` (largest first): each goes, uniformly at random, to a
+    batch with room that is strictly lighter than the lightest such batch plus its own size (or is the
+    lightest: so two equal samples never share a batch while an emptier one has room).
+
+    The batches with room are kept sorted by sum, so the candidates are a prefix found by bisection:
+    O(n log m) comparisons plus O(n m) bytes moved in C, against O(n m) numpy work before (9 us per
+    sample at m = 50)."""
+    slots = [[] for _ in range(m)]
+    open_sums, open_batches = [0.0] * m, list(range(m))  # batches with room, by (sum, when it got there)
+    draws = rng.random(len(by_size)).tolist()
+    for idx, x, u in zip(by_size.tolist(), sizes[by_size].tolist(), draws):
+        lightest = open_sums[0]
+        near = max(bisect_left(open_sums, lightest + x), bisect_right(open_sums, lightest))
+        j = int(u * near)
+        b, total = open_batches.pop(j), open_sums.pop(j) + x
+        slots[b].append(idx)
+        if len(slots[b]) < batch_size:
+            k = bisect_right(open_sums, total)
+            open_sums.insert(k, total)
+            open_batches.insert(k, b)
+    return np.array(slots, dtype=np.int64).reshape(m, batch_size)
 
 
 HEAVY_EVERY = 32  # a worker's heavy slots are its batches j with j % HEAVY_EVERY == HEAVY_EVERY - 1
