@@ -46,7 +46,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     (see `corgi_io.loaders.decode`); `transform` then maps the decoded data.  A decode failure
     raises CorruptDataError naming the key, kind and shard; "pil", "rgb" and "video" refuse
     images (clips: frames x H x W) above `max_pixels` (Pillow's limit by default) before
-    decoding them.  Every rank yields exactly `len(self)` samples per epoch.
+    decoding them.  Every rank yields exactly `len(self)` items per epoch (samples, or batches).
 
     `verify_reads` (on by default) checks each shard's size on its first read and every
     record's checksum before the sample is yielded: a mismatch raises CorruptDataError naming
