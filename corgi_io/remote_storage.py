@@ -1,25 +1,21 @@
 """Remote packs (http, hdfs, s3, ...) read through fsspec, riding out outages within a time budget.
 
-Each ranged read is one `fs.cat_file(path, start, end)`.  Transient failures (network errors,
-timeouts, HTTP 5xx/408/429) are retried with exponential backoff and full jitter until the
-budget (`retry_seconds`) runs out; a missing file or a refusal fails at once.  Imported only
+Each ranged read is one `fs.cat_file(path, start, end)`, retried as corgi_io.retrying_storage
+says (the same policy as HttpStorage, the default for http(s) URLs).  Imported only
 when a remote root is opened, so local packs never load aiohttp or fsspec.
 """
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 from urllib.parse import urlsplit
 
 import aiohttp
 import fsspec.core
 
 from corgi_io.errors import StorageError
-from corgi_io.storage import Storage
+from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, backoff_delay, status_kind
 
-
-MISSING, TRANSIENT, FATAL = "missing", "transient", "fatal"
+__all__ = ["FsspecStorage", "backoff_delay", "classify_error", "underlying_error"]
 _NETWORK_ERRORS = (OSError, asyncio.TimeoutError, aiohttp.ClientError)
 
 
@@ -41,9 +37,7 @@ def classify_error(exc: BaseException) -> str:
     """
     exc = underlying_error(exc)
     if isinstance(exc, aiohttp.ClientResponseError):
-        if exc.status in (404, 410):
-            return MISSING
-        return TRANSIENT if exc.status >= 500 or exc.status in (408, 429) else FATAL
+        return status_kind(exc.status)
     if isinstance(exc, FileNotFoundError):
         return MISSING
     if isinstance(exc, (StorageError, PermissionError, IsADirectoryError)):
@@ -51,18 +45,7 @@ def classify_error(exc: BaseException) -> str:
     return TRANSIENT if isinstance(exc, _NETWORK_ERRORS) else FATAL
 
 
-def backoff_delay(attempt: int, backoff: float, max_backoff: float, rand=random.random) -> float:
-    """Seconds to sleep after failed attempt number `attempt` (1, 2, ...): "full jitter".
-
-    Uniform in [0, min(max_backoff, backoff * 2**(attempt-1))], the scheme AWS recommends
-    ("Exponential Backoff and Jitter") and botocore and tenacity implement: many ranks
-    that lost the same server spread their retries instead of returning in lockstep.
-    The module's `random` is reseeded in each forked process, so workers differ too.
-    """
-    return rand() * min(max_backoff, backoff * 2.0 ** min(attempt - 1, 60))
-
-
-class FsspecStorage(Storage):
+class FsspecStorage(RetryingStorage):
     """Any fsspec URL; a block is one ranged `fs.cat_file(path, start, end)`.
 
     A transient error is retried, sleeping `backoff_delay` between attempts, until
@@ -72,18 +55,16 @@ class FsspecStorage(Storage):
     (404) or a refused permission fails at once. `retried` counts retries.
     """
 
-    reads_in_flight = (1, 8)  # (first, most): grown while it pays (corgi_io/reading/in_flight.py, docs/operations.md)
-
     def __init__(self, root: str, *, retry_seconds: float = 20.0, open_retry_seconds: float = 2.0,
                  backoff: float = 0.1, max_backoff: float = 2.0, **storage_options):
-        super().__init__(root)
-        if min(retry_seconds, open_retry_seconds, backoff, max_backoff) < 0:
-            raise ValueError("retry_seconds, open_retry_seconds, backoff and max_backoff must be >= 0")
-        self.retry_seconds, self.open_retry_seconds = float(retry_seconds), float(open_retry_seconds)
-        self.backoff, self.max_backoff, self.retried = float(backoff), float(max_backoff), 0
+        super().__init__(root, retry_seconds=retry_seconds, open_retry_seconds=open_retry_seconds,
+                         backoff=backoff, max_backoff=max_backoff)
         self.storage_options = storage_options
         self._fs = self._root_path = None
         self._connect()  # a bad URL or a missing driver fails here, not at the first read
+
+    classify = staticmethod(classify_error)
+    underlying = staticmethod(underlying_error)
 
     def _connect(self):
         """Build the filesystem on first use and after fork, so no session or loop is shared."""
@@ -103,38 +84,11 @@ class FsspecStorage(Storage):
 
     def _call(self, what: str, relpath: str, offset: int | None, method: str, *args,
               budget: float | None = None, **kwargs):
-        """fs.<method>(path, ...), retried within `budget` s (default `retry_seconds`).
-
-        A missing file or PermissionError is re-raised as is; anything else that ends
-        the attempts becomes a one-line StorageError with the cause attached.
-        """
-        budget = self.retry_seconds if budget is None else budget
+        """fs.<method>(path, ...), retried within `budget` s (default `retry_seconds`)."""
         self._connect()
         path = f"{self._root_path.rstrip('/')}/{relpath.lstrip('/')}"
-        attempt, first_failure = 0, None
-        while True:
-            attempt += 1
-            try:
-                return getattr(self._connect(), method)(path, *args, **kwargs)
-            except Exception as e:
-                kind, now = classify_error(e), time.monotonic()
-                if kind == MISSING or isinstance(e, PermissionError):
-                    raise
-                first_failure = now if first_failure is None else first_failure
-                waited = now - first_failure
-                if kind == FATAL or waited >= budget:
-                    cause = underlying_error(e)
-                    raise self._gave_up(what, relpath, offset, attempt, waited, cause) from cause
-            with self._lock:
-                self.retried += 1
-            time.sleep(min(backoff_delay(attempt, self.backoff, self.max_backoff), budget - waited))
-
-    def _gave_up(self, what: str, relpath: str, offset: int | None, attempts: int, waited: float,
-                 exc: Exception) -> StorageError:
-        where = self.url(relpath) + ("" if offset is None else f" at offset {offset}")
-        tries = f" after {attempts} attempts in {waited:.1f} s" if attempts > 1 else ""
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # timeouts have no text
-        return StorageError(f"{where}: {what} failed{tries}: {detail}")
+        return self._retry(what, relpath, offset, lambda: getattr(self._connect(), method)(path, *args, **kwargs),
+                           budget)
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""

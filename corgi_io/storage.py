@@ -2,8 +2,9 @@
 
 The loader reads each block with one `read_range`; the manifest holds every
 offset and size, so nothing is listed or stat'ed per sample. Local paths (and
-Lustre) use os.pread on cached descriptors; other URLs use fsspec range reads
-that ride out outages within a time budget (exponential backoff, full jitter).
+Lustre) use os.pread on cached descriptors; http(s) URLs urllib3 range requests,
+other URLs fsspec range reads, both riding out outages within a time budget
+(exponential backoff, full jitter).
 A read returns exactly the bytes asked for or raises StorageError naming file
 and offset. `reads`/`bytes_read` let tests count reads.
 """
@@ -18,12 +19,21 @@ from urllib.parse import urlsplit
 from corgi_io.errors import StorageError
 
 
-def open_storage(root: str, **storage_options) -> Storage:
-    """LocalStorage for a path or file:// URL, else FsspecStorage (retry settings, fsspec options).
+HTTP_OPTIONS = {"headers", "timeout", "retry_seconds", "open_retry_seconds", "backoff", "max_backoff"}
 
-    Local storage ignores the options, so one `storage_options` serves a dataset wherever it lives.
+
+def open_storage(root: str, **storage_options) -> Storage:
+    """LocalStorage for a path or file:// URL; HttpStorage (urllib3) for http(s); else FsspecStorage.
+
+    `backend="fsspec"` forces fsspec for http(s), as does any option HttpStorage does not take
+    (`client_kwargs`, ...: they are fsspec's); `headers`, `timeout` and the retry settings are
+    HttpStorage's own. Local storage ignores the options, so one `storage_options` serves a
+    dataset wherever it lives.
     """
     root = os.fspath(root)
+    backend = storage_options.pop("backend", None)
+    if backend not in (None, "fsspec", "urllib3"):
+        raise ValueError(f"backend must be 'fsspec' or 'urllib3', not {backend!r}")
     if "://" not in root:
         return LocalStorage(root)
     parts = urlsplit(root)
@@ -31,6 +41,11 @@ def open_storage(root: str, **storage_options) -> Storage:
         if parts.netloc not in ("", "localhost"):
             raise StorageError(f"{root}: file:// URL with a remote host is not supported")
         return LocalStorage(parts.path)
+    if parts.scheme in ("http", "https") and backend != "fsspec" and \
+            (backend == "urllib3" or set(storage_options) <= HTTP_OPTIONS):
+        from corgi_io.http_storage import HttpStorage  # urllib3 only for remote packs
+
+        return HttpStorage(root, **storage_options)
     from corgi_io.remote_storage import FsspecStorage  # aiohttp and fsspec only for remote packs (~20 MB, 0.2 s)
 
     return FsspecStorage(root, **storage_options)

@@ -1,0 +1,173 @@
+"""http(s) packs read with urllib3: one ranged GET per block, checked strictly, retried like FsspecStorage.
+
+Why not fsspec here: its HTTP filesystem runs aiohttp on an event loop thread, and each 4 MB
+range arrives as many 64-256 KB chunks handled in Python, about 3 ms of CPU per block; urllib3
+reads the body with one blocking `recv_into` loop in http.client (about 1 ms), which also lets
+reads in flight overlap outside the GIL. See docs/operations.md ("HTTP").
+
+Nothing the server says is trusted: a range answer must be 206 with the Content-Range asked for
+(or 200 for a range that is the whole file) and exactly the bytes asked for, else StorageError
+naming URL and offset. Redirects are followed at most MAX_REDIRECTS times.
+"""
+from __future__ import annotations
+
+import errno
+import re
+
+import urllib3
+from urllib3.exceptions import HTTPError, LocationValueError, MaxRetryError, ResponseError
+
+from corgi_io.errors import StorageError
+from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
+
+MAX_REDIRECTS = 5
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+class HttpStatusError(Exception):
+    """An HTTP answer that is not the one asked for: 4xx/5xx, or a redirect past the limit."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(f"HTTP {status} {reason}".rstrip())
+        self.status = status
+
+
+def classify_http_error(exc: BaseException) -> str:
+    """MISSING, TRANSIENT (network trouble, timeouts, a cut body, HTTP 5xx/408/429) or FATAL."""
+    exc = _unwrap(exc)
+    if isinstance(exc, HttpStatusError):
+        return status_kind(exc.status)
+    if isinstance(exc, FileNotFoundError):
+        return MISSING
+    if isinstance(exc, (StorageError, PermissionError, ResponseError, LocationValueError)):
+        return FATAL  # ResponseError: too many redirects
+    return TRANSIENT if isinstance(exc, (OSError, HTTPError)) else FATAL
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The reason inside urllib3's MaxRetryError (raised when its own retries, here none, are spent)."""
+    return exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
+
+
+class HttpStorage(RetryingStorage):
+    """http(s) URLs over one urllib3 PoolManager per process (rebuilt after fork).
+
+    `headers` are sent with every request (an auth token, say); `timeout` bounds connecting and
+    each socket read, in seconds. Retry settings as FsspecStorage (corgi_io.retrying_storage).
+    """
+
+    def __init__(self, root: str, *, headers: dict | None = None, timeout: float = 30.0, **retry_settings):
+        super().__init__(root, **retry_settings)
+        self.headers, self.timeout = dict(headers or {}), float(timeout)
+        self._manager = None
+
+    classify = staticmethod(classify_http_error)
+    underlying = staticmethod(_unwrap)
+
+    def _pool(self) -> urllib3.PoolManager:
+        """The process's PoolManager: thread-safe, but its sockets must not cross a fork."""
+        with self._lock:
+            if self._forked() or self._manager is None:
+                self._manager = urllib3.PoolManager(
+                    maxsize=16, timeout=urllib3.Timeout(connect=self.timeout, read=self.timeout),
+                    retries=urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=MAX_REDIRECTS))
+            return self._manager
+
+    def _request(self, method: str, url: str, headers: dict | None = None) -> urllib3.BaseHTTPResponse:
+        """One request, its body not yet read; 404 -> FileNotFoundError, other errors -> HttpStatusError."""
+        resp = self._pool().request(method, url, headers={**self.headers, **(headers or {})},
+                                    preload_content=False, decode_content=False)
+        if resp.status < 300:
+            return resp
+        resp.drain_conn()
+        resp.release_conn()
+        if status_kind(resp.status) == MISSING:
+            raise FileNotFoundError(errno.ENOENT, f"not found (HTTP {resp.status})", url)
+        raise HttpStatusError(resp.status, resp.reason or "")
+
+    def read_range(self, relpath: str, offset: int, length: int) -> bytes:
+        """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""
+        if not self._start_read(offset, length):
+            return b""
+        return self._retry("read", relpath, offset, lambda: self._get_range(self.url(relpath), offset, length))
+
+    def _get_range(self, url: str, offset: int, length: int) -> bytes:
+        resp = self._request("GET", url, {"Range": f"bytes={offset}-{offset + length - 1}"})
+        try:
+            _check_range_answer(url, resp, offset, length)
+            return _read_exactly(url, resp, offset, length)
+        except BaseException:
+            resp.close()  # the body was not read to its end: this connection cannot serve another request
+            raise
+        finally:
+            resp.release_conn()
+
+    def read_all(self, relpath: str) -> bytes:
+        """The whole file (manifest, index sidecars); not counted in `reads`."""
+        def get():
+            resp = self._request("GET", self.url(relpath))
+            try:
+                return resp.read()  # urllib3 checks the body against Content-Length
+            finally:
+                resp.release_conn()
+        return self._retry("read", relpath, None, get)
+
+    def size(self, relpath: str) -> int:
+        """Content-Length of a HEAD answer."""
+        return self._retry("size", relpath, None, lambda: _content_length(self.url(relpath), self._head(relpath)))
+
+    def exists(self, relpath: str) -> bool:
+        """True if the file is there, False on 404; StorageError when the server cannot be asked."""
+        try:
+            self._retry("lookup", relpath, None, lambda: self._head(relpath), budget=self.open_retry_seconds)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _head(self, relpath: str):
+        resp = self._request("HEAD", self.url(relpath))
+        resp.release_conn()
+        return resp
+
+    def close(self) -> None:
+        with self._lock:
+            if self._manager is not None:
+                self._manager.clear()
+            self._manager = None
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_manager": None}
+
+
+def _check_range_answer(url: str, resp, offset: int, length: int) -> None:
+    """StorageError unless `resp` answers bytes offset..offset+length-1: 206 with that Content-Range,
+    or 200 with exactly `length` bytes when the range starts at 0 (the whole file)."""
+    where = f"{url}: at offset {offset}"
+    if resp.status == 200:
+        if offset == 0 and _content_length(url, resp) == length:
+            return
+        raise StorageError(f"{url}: range ignored at offset {offset}: HTTP 200 with "
+                           f"{resp.headers.get('Content-Length', 'no')} bytes for a range of {length}")
+    if resp.status != 206:
+        raise StorageError(f"{where}: unexpected HTTP {resp.status} to a range request")
+    got = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+    if not got or (int(got[1]), int(got[2])) != (offset, offset + length - 1):
+        if got and int(got[1]) == offset and got[3] != "*" and int(got[3]) == int(got[2]) + 1 < offset + length:
+            raise StorageError(f"{url}: short read at offset {offset}: got {int(got[3]) - offset} of {length} bytes")
+        raise StorageError(f"{where}: Content-Range {resp.headers.get('Content-Range')!r} "
+                           f"does not match bytes {offset}-{offset + length - 1}")
+
+
+def _read_exactly(url: str, resp, offset: int, length: int) -> bytes:
+    """The body, which must be `length` bytes (a cut connection is a transient ProtocolError)."""
+    data = resp.read()
+    if len(data) != length:
+        raise StorageError(f"{url}: short read at offset {offset}: got {len(data)} of {length} bytes")
+    return data
+
+
+def _content_length(url: str, resp) -> int:
+    value = resp.headers.get("Content-Length", "")
+    if not value.isdigit():
+        raise StorageError(f"{url}: no valid Content-Length in the answer ({value!r})")
+    return int(value)
