@@ -56,6 +56,8 @@ class HttpStorage(RetryingStorage):
     each socket read, in seconds. Retry settings as FsspecStorage (corgi_io.retrying_storage).
     """
 
+    reads_in_flight = (3, 8)  # (first, most): reads overlap outside the GIL here; see docs/operations.md
+
     def __init__(self, root: str, *, headers: dict | None = None, timeout: float = 30.0, **retry_settings):
         super().__init__(root, **retry_settings)
         self.headers, self.timeout = dict(headers or {}), float(timeout)
