@@ -81,7 +81,7 @@ class HttpStorage(RetryingStorage):
                                     preload_content=False, decode_content=False)
         if resp.status < 300:
             return resp
-        resp.drain_conn()
+        resp.close()  # an error body is not read: its size is the server's to choose
         resp.release_conn()
         if status_kind(resp.status) == MISSING:
             raise FileNotFoundError(errno.ENOENT, f"not found (HTTP {resp.status})", url)
@@ -144,7 +144,7 @@ class HttpStorage(RetryingStorage):
 def _check_range_answer(url: str, resp, offset: int, length: int) -> None:
     """StorageError unless `resp` answers bytes offset..offset+length-1: 206 with that Content-Range,
     or 200 with exactly `length` bytes when the range starts at 0 (the whole file)."""
-    where = f"{url}: at offset {offset}"
+    where = f"{url} at offset {offset}"
     if resp.status == 200:
         if offset == 0 and _content_length(url, resp) == length:
             return

@@ -8,12 +8,10 @@ import threading
 
 import pytest
 
-from conftest import require_nginx
 from corgi_io.errors import StorageError
 from corgi_io.http_storage import HttpStorage
 from corgi_io.remote_storage import FsspecStorage
 from corgi_io.storage import open_storage
-from http_server import NginxServer
 
 DATA = random.Random(5).randbytes(200_000)
 
@@ -115,7 +113,7 @@ def test_a_short_body_is_retried_then_refused_naming_url_and_offset():
 def test_a_wrong_content_range_is_refused_at_once():
     with Misbehaving(lambda h: send(h, 206, DATA[11:31], Content_Range="bytes 11-30/200000")) as server:
         storage = server.storage()
-        with pytest.raises(StorageError, match=r"/d/a\.bin: at offset 10: Content-Range 'bytes 11-30/200000' "
+        with pytest.raises(StorageError, match=r"/d/a\.bin at offset 10: Content-Range 'bytes 11-30/200000' "
                                                r"does not match bytes 10-29$"):
             storage.read_range("a.bin", 10, 20)
     assert storage.retried == 0
@@ -158,18 +156,3 @@ def test_headers_are_sent_and_redirect_loops_are_bounded():
             storage.read_range("a.bin", 0, 4)
     assert storage.retried == 0
 
-
-def test_a_server_down_then_up_is_retried_within_the_budget(tmp_path):
-    require_nginx()
-    (tmp_path / "a.bin").write_bytes(DATA)
-    with NginxServer(tmp_path) as server:
-        storage = HttpStorage(server.url, retry_seconds=5, backoff=0.05)
-        assert storage.read_range("a.bin", 0, 100) == DATA[:100]
-        server.stop()
-        with pytest.raises(StorageError, match=r"a\.bin at offset 0: read failed after \d+ attempts .*Connection"):
-            HttpStorage(server.url, retry_seconds=0.1, backoff=0.01).read_range("a.bin", 0, 1)
-        restart = threading.Timer(0.5, server.start)
-        restart.start()
-        assert storage.read_range("a.bin", 1000, 5000) == DATA[1000:6000]
-        restart.join()
-        assert storage.retried >= 1

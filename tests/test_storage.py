@@ -334,16 +334,17 @@ def test_exists_raises_on_5xx_past_the_budget_and_on_403_at_once():
         assert storage.retried == 0
 
 
-def test_retry_survives_server_restart(tmp_path):
+@pytest.mark.parametrize("backend", ["urllib3", "fsspec"])
+def test_retry_survives_server_restart(tmp_path, backend):
     """nginx goes down; the read retries and succeeds once it is back on the same port."""
     require_nginx()
     (tmp_path / "a.bin").write_bytes(DATA)
     with NginxServer(tmp_path) as server:
-        storage = FsspecStorage(server.url, retry_seconds=5, backoff=0.05)
+        storage = open_storage(server.url, backend=backend, retry_seconds=5, backoff=0.05)
         assert storage.read_range("a.bin", 0, 100) == DATA[:100]
         server.stop()
-        with pytest.raises(StorageError, match=r"read failed after \d+ attempts"):
-            FsspecStorage(server.url, retry_seconds=0.05, backoff=0.01).read_range("a.bin", 0, 1)
+        with pytest.raises(StorageError, match=r"a\.bin at offset 0: read failed after \d+ attempts"):
+            open_storage(server.url, backend=backend, retry_seconds=0.05, backoff=0.01).read_range("a.bin", 0, 1)
         restart = threading.Timer(0.5, server.start)
         restart.start()
         assert storage.read_range("a.bin", 1000, 5000) == DATA[1000:6000]
