@@ -7,6 +7,7 @@ process, and each asks the kernel (prctl PR_SET_PDEATHSIG) to SIGKILL it when it
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -40,8 +41,6 @@ def die_with_parent(parent_pid: int) -> None:
     """
     if sys.platform != "linux":
         return
-    import ctypes
-
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:
         os._exit(1)
