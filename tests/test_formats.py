@@ -1,6 +1,10 @@
 """Shard formats: one block's byte range, read alone, parses to exactly that block's samples."""
 from __future__ import annotations
 
+import importlib.util
+import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -195,18 +199,31 @@ def test_stock_tfrecord_package_reads_the_ext_feature(packed_mixed):
     assert seen == manifest_exts(out) and {"jpg", "png", "avi", "mp4", "txt", "md"} <= set(seen.values())
 
 
+TF_DATA_READ = """
+import json, sys
+import tensorflow as tf
+spec = {"key": tf.io.FixedLenFeature([], tf.string), "ext": tf.io.FixedLenFeature([], tf.string),
+        "data": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),
+        "size": tf.io.FixedLenFeature([], tf.int64)}
+rows = {}
+for example in tf.data.TFRecordDataset(sys.argv[1:]).map(lambda record: tf.io.parse_single_example(record, spec)):
+    rows[example["key"].numpy().decode("utf-8")] = [example["ext"].numpy().decode("utf-8"),
+                                                    int(example["label"]), int(example["size"])]
+print(json.dumps(rows))
+"""
+
+
 def test_tf_data_reads_every_feature_including_ext(packed_mixed):
-    tf = pytest.importorskip("tensorflow", reason="tf.data check: pip install tensorflow-cpu")
+    """tf.data in a fresh interpreter, as a user runs it: the `tfrecord` package (imported by other tests)
+    registers the same proto names as tensorflow, and one process cannot hold both."""
+    if importlib.util.find_spec("tensorflow") is None:  # looked up, not imported: see the docstring
+        pytest.skip("tf.data check: pip install tensorflow-cpu")
     out = packed_mixed("tfrecord")
     m = open_manifest(out)
-    spec = {"key": tf.io.FixedLenFeature([], tf.string), "ext": tf.io.FixedLenFeature([], tf.string),
-            "data": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64),
-            "size": tf.io.FixedLenFeature([], tf.int64)}
     paths = [str(out / shard.path) for shard in m.shards]
-    rows = {}
-    for example in tf.data.TFRecordDataset(paths).map(lambda record: tf.io.parse_single_example(record, spec)):
-        rows[example["key"].numpy().decode("utf-8")] = (example["ext"].numpy().decode("utf-8"),
-                                                        int(example["label"]), int(example["size"]))
-    want = {key: (m.extensions[int(e)], int(label), int(size)) for key, e, label, size in
+    done = subprocess.run([sys.executable, "-c", TF_DATA_READ, *paths], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    want = {key: [m.extensions[int(e)], int(label), int(size)] for key, e, label, size in
             zip(m.keys(), m.samples.ext.tolist(), m.samples.label.tolist(), m.samples.size.tolist())}
     assert rows == want
