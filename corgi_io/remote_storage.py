@@ -13,9 +13,9 @@ import aiohttp
 import fsspec.core
 
 from corgi_io.errors import StorageError
-from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, backoff_delay, status_kind
+from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
 
-__all__ = ["FsspecStorage", "backoff_delay", "classify_error", "underlying_error"]
+__all__ = ["FsspecStorage", "classify_error", "underlying_error"]
 _NETWORK_ERRORS = (OSError, asyncio.TimeoutError, aiohttp.ClientError)
 
 

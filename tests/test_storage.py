@@ -20,7 +20,8 @@ from conftest import require_nginx
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest
 from corgi_io.atomic import atomic_output, temp_name, write_atomic
-from corgi_io.remote_storage import FsspecStorage, backoff_delay
+from corgi_io.remote_storage import FsspecStorage
+from corgi_io.retrying_storage import backoff_delay
 from corgi_io.storage import LocalStorage, StorageError, open_storage
 from http_server import NginxServer, free_port
 
