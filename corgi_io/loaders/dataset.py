@@ -22,6 +22,7 @@ from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSp
 from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
                                       skip_consumed, worker_state)
 from corgi_io.schedule.modes import check_at_least
+from corgi_io.schedule.workers import batch_count
 from corgi_io.errors import CorruptDataError, ResumeError, plain_message
 from corgi_io.storage import open_storage
 
@@ -172,9 +173,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             samples = samples_per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
         else:  # partitions: the largest partition's count (the smallest with drop_last), as the plan has it
             samples = int(piece_counts(self.rank_pieces()).sum())
-        if self.batch_size is None:
-            return samples
-        return samples // self.batch_size if self.drop_last else -(-samples // self.batch_size)
+        return samples if self.batch_size is None else batch_count(samples, self.batch_size, self.drop_last)
 
     def _spec(self, world_size: int | None = None, balance: str | None = None) -> EpochSpec:
         """The options this epoch's plan is a function of (this world by default)."""

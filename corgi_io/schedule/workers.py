@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .modes import check_at_least
 from .pieces import cut, piece_counts, positions
+
+
+def batch_count(num_samples: int, batch_size: int, drop_last: bool = False) -> int:
+    """Batches of ``batch_size`` in ``num_samples``: ``ceil``, or ``floor`` with ``drop_last`` (the tail left out)."""
+    check_at_least("batch_size", batch_size, 1)
+    return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
 
 
 def worker_counts(num_samples: int, num_workers: int, batch_size: int = 1, drop_last: bool = False) -> np.ndarray:
@@ -18,9 +25,7 @@ def worker_counts(num_samples: int, num_workers: int, batch_size: int = 1, drop_
     first ``n % K`` workers get one sample more.
     """
     k, b = max(1, num_workers), int(batch_size)
-    if b < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    batches = num_samples // b if drop_last else -(-num_samples // b)
+    batches = batch_count(num_samples, b, drop_last)
     counts = (batches // k + (np.arange(k) < batches % k)).astype(np.int64) * b
     if not drop_last and batches:
         counts[(batches - 1) % k] -= batches * b - num_samples  # the last batch dealt is the short one
