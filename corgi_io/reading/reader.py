@@ -60,7 +60,6 @@ class Residency:
         self.payloads = 0
 
 
-
 class PieceReader:
     """Reads the pieces of a buffer plan through a Storage, `prefetch_pieces` ahead, and yields their samples.
 
