@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,3 +84,13 @@ def packed_mixed(mixed_corpus, tmp_path_factory, corgi):
         return cache[fmt]
 
     return get
+
+
+@pytest.fixture
+def copy_pack(packed_mixed, tmp_path):
+    """fmt -> a private, editable copy of `packed_mixed(fmt)` at tmp_path/pack (to damage or edit)."""
+    def copy(fmt):
+        dest = tmp_path / "pack"
+        shutil.copytree(packed_mixed(fmt), dest)
+        return dest
+    return copy

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -100,11 +99,9 @@ def test_open_manifest_accepts_string_and_manifest(packed_mixed):
 # --- validation: one-line errors naming the file ----------------------------------------------
 
 @pytest.fixture
-def pack_copy(packed_mixed, tmp_path):
+def pack_copy(copy_pack):
     """A private, editable copy of the small wds pack."""
-    dest = tmp_path / "pack"
-    shutil.copytree(packed_mixed("wds"), dest)
-    return dest
+    return copy_pack("wds")
 
 
 def edit_head(out: Path, change) -> None:

@@ -206,14 +206,13 @@ def test_remote_open_reads_headers_and_tables_and_rows_on_demand(pack, http_root
         np.testing.assert_array_equal(m.samples.arrays[name], local.samples.arrays[name])
 
 
-def test_a_reader_never_yields_a_sample_of_a_block_whose_rows_are_damaged(packed_mixed, tmp_path):
+def test_a_reader_never_yields_a_sample_of_a_block_whose_rows_are_damaged(copy_pack):
     """A label outside the label index in block 2 does not stop the open; the reader raises the one-line
     ManifestError when it reaches block 2, after every sample of the blocks before it and none of block 2."""
     from corgi_io.reading import PieceReader
     from corgi_io.schedule import block_pieces, buffer_plan
 
-    root = tmp_path / "pack"
-    shutil.copytree(packed_mixed("wds"), root)
+    root = copy_pack("wds")
     path = root / "columns" / "sample_label.npy"
     labels = np.load(path)
     m = open_manifest(root)

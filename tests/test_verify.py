@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,11 +19,9 @@ FORMATS = ["wds", "tfrecord"]
 
 
 @pytest.fixture(params=FORMATS)
-def pack_copy(request, packed_mixed, tmp_path):
+def pack_copy(request, copy_pack):
     """(format, private copy of the small pack of that format)."""
-    dest = tmp_path / "pack"
-    shutil.copytree(packed_mixed(request.param), dest)
-    return request.param, dest
+    return request.param, copy_pack(request.param)
 
 
 def flip(path: Path, position: int, mask: int = 0x5A) -> None:
@@ -127,9 +124,8 @@ def rewrite_crc(out: Path, i: int) -> None:
 
 
 @pytest.mark.parametrize("which", ["inner", "first"])
-def test_wds_framing_checked_even_when_crc_agrees(packed_mixed, tmp_path, corgi, which):
-    out = tmp_path / "pack"
-    shutil.copytree(packed_mixed("wds"), out)
+def test_wds_framing_checked_even_when_crc_agrees(copy_pack, corgi, which):
+    out = copy_pack("wds")
     m = open_manifest(out)
     i = sample_in_block(m, which)
     shard = m.shards[int(m.samples.shard[i])].path
@@ -142,9 +138,8 @@ def test_wds_framing_checked_even_when_crc_agrees(packed_mixed, tmp_path, corgi,
 
 @pytest.mark.parametrize("which", ["first", "inner"])
 @pytest.mark.parametrize("where", ["length", "payload"])
-def test_tfrecord_crc32c_checked_even_when_crc_agrees(packed_mixed, tmp_path, corgi, which, where):
-    out = tmp_path / "pack"
-    shutil.copytree(packed_mixed("tfrecord"), out)
+def test_tfrecord_crc32c_checked_even_when_crc_agrees(copy_pack, corgi, which, where):
+    out = copy_pack("tfrecord")
     m = open_manifest(out)
     i = sample_in_block(m, which)
     shard = m.shards[int(m.samples.shard[i])].path
@@ -155,9 +150,8 @@ def test_tfrecord_crc32c_checked_even_when_crc_agrees(packed_mixed, tmp_path, co
     assert problem["shard"] == shard and problem["offset"] == int(m.samples.offset[i])
 
 
-def test_wds_damaged_end_of_archive(packed_mixed, tmp_path, corgi):
-    out = tmp_path / "pack"
-    shutil.copytree(packed_mixed("wds"), out)
+def test_wds_damaged_end_of_archive(copy_pack, corgi):
+    out = copy_pack("wds")
     m = open_manifest(out)
     shard = m.shards[2]
     flip(out / shard.path, shard.bytes - 700)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,18 +18,14 @@ from test_verify import flip
 
 
 @pytest.fixture(params=["wds", "tfrecord"])
-def pack_copy(request, packed_mixed, tmp_path):
+def pack_copy(request, copy_pack):
     """(format, private copy of the small pack of that format)."""
-    dest = tmp_path / "pack"
-    shutil.copytree(packed_mixed(request.param), dest)
-    return request.param, dest
+    return request.param, copy_pack(request.param)
 
 
 @pytest.fixture
-def tfrecord_copy(packed_mixed, tmp_path):
-    dest = tmp_path / "pack"
-    shutil.copytree(packed_mixed("tfrecord"), dest)
-    return dest
+def tfrecord_copy(copy_pack):
+    return copy_pack("tfrecord")
 
 
 def flip_payloads(out: Path, shards) -> list:
