@@ -33,3 +33,5 @@ def stats_command(dataset, as_json, plot):
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
+    if plot:  # on stderr under --json, so stdout stays one JSON document
+        click.echo(f"wrote the size histogram and block size sums to {plot}", err=as_json)
