@@ -80,20 +80,20 @@ class RetryingStorage(Storage):
                 if kind == FATAL or waited >= budget:
                     cause = self.underlying(e)
                     raise self._gave_up(what, relpath, offset, attempt, waited, cause,
-                                        retried=kind == TRANSIENT or attempt > 1) from cause
+                                        count_attempts=kind == TRANSIENT or attempt > 1) from cause
             with self._lock:
                 self.retried += 1
             time.sleep(min(backoff_delay(attempt, self.backoff, self.max_backoff), budget - waited))
 
     def hint(self, exc: BaseException) -> str:
-        """A short advice to end the message of a StorageError caused by `exc` ("" for none)."""
+        """Advice to end the message of a StorageError caused by `exc` with ("" for none)."""
         return ""
 
     def _gave_up(self, what: str, relpath: str, offset: int | None, attempts: int, waited: float,
-                 exc: BaseException, retried: bool) -> StorageError:
+                 exc: BaseException, count_attempts: bool) -> StorageError:
         """The one-line StorageError; it counts the attempts unless a fatal error came first (nothing was retried)."""
         where = self.url(relpath) + ("" if offset is None else f" at offset {offset}")
-        tries = f" after {attempts} attempt{'s' * (attempts != 1)} in {waited:.1f} s" if retried else ""
+        tries = f" after {attempts} attempt{'s' * (attempts != 1)} in {waited:.1f} s" if count_attempts else ""
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # timeouts have no text
         hint = self.hint(exc)
         return StorageError(f"{where}: {what} failed{tries}: {detail}" + (f"; {hint}" if hint else ""))
