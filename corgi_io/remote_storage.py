@@ -14,6 +14,7 @@ import fsspec.core
 
 from corgi_io.errors import StorageError
 from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
+from corgi_io.s3_support import endpoint_hint, is_connection_error, is_s3, s3_options
 
 __all__ = ["FsspecStorage", "classify_error", "underlying_error"]
 _NETWORK_ERRORS = (OSError, asyncio.TimeoutError, aiohttp.ClientError)
@@ -33,9 +34,11 @@ def underlying_error(exc: BaseException) -> BaseException:
 def classify_error(exc: BaseException) -> str:
     """MISSING (the file is not there), TRANSIENT (a retry may help) or FATAL (it will not).
 
-    Transient: network trouble (refused, reset, DNS, timeouts) and HTTP 5xx/408/429.
+    Transient: network trouble (refused, reset, DNS, timeouts; botocore's too) and HTTP 5xx/408/429.
     """
     exc = underlying_error(exc)
+    if is_connection_error(exc):
+        return TRANSIENT
     if isinstance(exc, aiohttp.ClientResponseError):
         return status_kind(exc.status)
     if isinstance(exc, FileNotFoundError):
@@ -66,6 +69,10 @@ class FsspecStorage(RetryingStorage):
     classify = staticmethod(classify_error)
     underlying = staticmethod(underlying_error)
 
+    def hint(self, exc: BaseException) -> str:
+        """How to set an S3 endpoint, when a connection to AWS failed and none was set."""
+        return endpoint_hint(self._fs, exc) if is_s3(self.root) else ""
+
     def _connect(self):
         """Build the filesystem on first use and after fork, so no session or loop is shared."""
         with self._lock:
@@ -74,8 +81,11 @@ class FsspecStorage(RetryingStorage):
         return self._fs
 
     def _build_fs(self) -> None:
+        """A filesystem of this storage's own: fsspec's instance cache is skipped, since it keys on the options
+        alone and would hand back a client made before the environment changed (AWS_ENDPOINT_URL, ...)."""
+        options = s3_options(self.storage_options) if is_s3(self.root) else self.storage_options
         try:
-            self._fs, self._root_path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            self._fs, self._root_path = fsspec.core.url_to_fs(self.root, skip_instance_cache=True, **options)
         except ImportError as e:
             if urlsplit(self.root).scheme in ("hdfs", "arrow_hdfs"):
                 raise ImportError(f"{self.root}: hdfs:// needs pyarrow and a Hadoop client "

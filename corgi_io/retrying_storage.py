@@ -79,14 +79,21 @@ class RetryingStorage(Storage):
                 waited = now - first_failure
                 if kind == FATAL or waited >= budget:
                     cause = self.underlying(e)
-                    raise self._gave_up(what, relpath, offset, attempt, waited, cause) from cause
+                    raise self._gave_up(what, relpath, offset, attempt, waited, cause,
+                                        count_attempts=kind == TRANSIENT or attempt > 1) from cause
             with self._lock:
                 self.retried += 1
             time.sleep(min(backoff_delay(attempt, self.backoff, self.max_backoff), budget - waited))
 
+    def hint(self, exc: BaseException) -> str:
+        """Advice to end the message of a StorageError caused by `exc` with ("" for none)."""
+        return ""
+
     def _gave_up(self, what: str, relpath: str, offset: int | None, attempts: int, waited: float,
-                 exc: BaseException) -> StorageError:
+                 exc: BaseException, count_attempts: bool) -> StorageError:
+        """The one-line StorageError; it counts the attempts unless a fatal error came first (nothing was retried)."""
         where = self.url(relpath) + ("" if offset is None else f" at offset {offset}")
-        tries = f" after {attempts} attempts in {waited:.1f} s" if attempts > 1 else ""
+        tries = f" after {attempts} attempt{'s' * (attempts != 1)} in {waited:.1f} s" if count_attempts else ""
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # timeouts have no text
-        return StorageError(f"{where}: {what} failed{tries}: {detail}")
+        hint = self.hint(exc)
+        return StorageError(f"{where}: {what} failed{tries}: {detail}" + (f"; {hint}" if hint else ""))

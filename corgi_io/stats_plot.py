@@ -69,10 +69,14 @@ def _block_sums(ax, m: Manifest) -> None:
 
 
 def _integer_ticks(axis) -> None:
-    """Whole-number ticks (no 2.5 samples) with short labels ("150k", no "1e6" offset)."""
+    """Whole-number ticks (no 2.5 samples) with short labels ("150k", no "1e6" offset).
+
+    `min_n_ticks=1`: a view holding a single whole number (one block, -0.5 to 0.5) ticks that
+    number alone; the default of 2 makes MaxNLocator fall back to fractions such as -0.45.
+    """
     from matplotlib.ticker import MaxNLocator
 
-    axis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     _short_labels(axis)
 
 

@@ -1,7 +1,12 @@
 """Train a tiny CNN on a corgi image pack with DDP on CPU, checkpointing and resuming exactly.
 
-    corgi pack /data/images /tmp/images-pack          # a folder of class folders of images
-    torchrun --nproc_per_node=2 examples/train_ddp.py /tmp/images-pack --checkpoint-dir /tmp/ckpt
+    corgi pack examples/corpus /tmp/corgi-example --kind image --overwrite   # the README's first command
+    torchrun --nproc_per_node=2 examples/train_ddp.py /tmp/corgi-example --checkpoint-dir /tmp/ckpt
+
+Any pack of labelled images will do (`corgi pack /data/images /tmp/images-pack`: a folder of class
+folders of images); a pack that also holds videos or texts stops at its first one, since this
+script decodes every sample as an image (decode="rgb"). Without `--checkpoint-dir` it trains
+without saving or resuming.
 
 Run the same command again after a crash or a kill: it resumes from the last checkpoint, with
 the model, the optimizer and the loader state, and the epoch goes on with exactly the samples
@@ -43,7 +48,7 @@ CHECKPOINT = "checkpoint.pt"
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pack", help="a pack of labelled images: a folder, or an http:// / s3:// URL")
-    parser.add_argument("--checkpoint-dir", type=Path, required=True, help="where checkpoint.pt is kept")
+    parser.add_argument("--checkpoint-dir", type=Path, help="where checkpoint.pt is kept (none: no checkpoints)")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
@@ -80,8 +85,10 @@ def gather_json(value) -> list:
     return [json.loads(bytes(g[:int(n)].numpy())) for g, n in zip(gathered, lengths)]
 
 
-def save_checkpoint(path: Path, step: int, epoch: int, model, optimizer, loader) -> None:
+def save_checkpoint(path: Path | None, step: int, epoch: int, model, optimizer, loader) -> None:
     """Rank 0 writes one file for all ranks, atomically: a kill leaves the previous checkpoint whole."""
+    if path is None:  # the same on every rank, so no rank waits in the gather below
+        return
     loader_states = gather_json(loader.state_dict())  # a collective: every rank takes part
     if dist.get_rank() != 0:
         return
@@ -91,9 +98,9 @@ def save_checkpoint(path: Path, step: int, epoch: int, model, optimizer, loader)
     os.replace(temporary, path)
 
 
-def load_checkpoint(path: Path, model, optimizer, loader) -> tuple[int, int]:
+def load_checkpoint(path: Path | None, model, optimizer, loader) -> tuple[int, int]:
     """(step, epoch) of the last checkpoint, its states loaded; (0, 0) when there is none."""
-    if not path.exists():
+    if path is None or not path.exists():
         return 0, 0
     state = torch.load(path, weights_only=True)  # plain data only: tensors, numbers, strings
     model.module.load_state_dict(state["model"])
@@ -112,8 +119,10 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=args.workers,
                                 persistent_workers=args.workers > 0)
-    args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint = args.checkpoint_dir / CHECKPOINT
+    checkpoint = None
+    if args.checkpoint_dir is not None:
+        args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = args.checkpoint_dir / CHECKPOINT
     step, first_epoch = load_checkpoint(checkpoint, model, optimizer, loader)
     report(f"{'resuming at' if step else 'starting'} step {step}, epoch {first_epoch}; "
            f"{len(loader)} steps per epoch on each of {dist.get_world_size()} ranks")

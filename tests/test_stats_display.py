@@ -3,6 +3,7 @@ readable axes that stays cheap at many blocks."""
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import pytest
@@ -93,3 +94,21 @@ def test_figure_of_many_blocks_draws_a_histogram_of_block_sums(tmp_path):
     assert edges[0] <= m.blocks.size_sum.min() and edges[-1] >= m.blocks.size_sum.max()
     (sample_counts, _, _), = [patch.get_data() for patch in left.patches]
     assert sample_counts.sum() == m.num_samples
+
+
+def test_one_block_axis_ticks_the_block_number_alone(one_block_pack):
+    right = drawn(size_figure(open_manifest(one_block_pack))).axes[1]
+    low, high = right.get_xlim()
+    assert [t for t in right.get_xticks() if low <= t <= high] == [0], right.get_xticks()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_stats_plot_says_where_it_wrote_the_figure(one_block_pack, corgi, tmp_path, as_json):
+    png = tmp_path / "sizes.png"
+    result = corgi("stats", one_block_pack, "--plot", png, *(["--json"] if as_json else []))
+    assert result.exit_code == 0, result.output
+    line = f"wrote the size histogram and block size sums to {png}"
+    assert line in (result.stderr if as_json else result.stdout.splitlines()[-1])
+    if as_json:
+        json.loads(result.stdout)  # the line does not spoil the JSON
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

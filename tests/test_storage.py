@@ -245,6 +245,23 @@ def test_retries_for_the_time_budget_then_names_url_and_offset():
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
 
 
+@pytest.mark.parametrize("backend", ["fsspec", "urllib3"])
+def test_a_spent_budget_counts_its_attempts_even_when_it_is_one(backend):
+    storage = open_storage(f"http://127.0.0.1:{free_port()}/ds", backend=backend, retry_seconds=0)
+    with pytest.raises(StorageError, match=r"/ds/x\.tar at offset 7: read failed after 1 attempt in 0\.0 s: \w*Conn"):
+        storage.read_range("x.tar", 7, 10)
+
+
+def test_s3_options_leave_the_retries_to_corgi_unless_botocore_retries_are_set():
+    from corgi_io.s3_support import s3_options
+
+    assert s3_options({"key": "k"}) == {"key": "k", "config_kwargs": {"retries": {"total_max_attempts": 1}}}
+    assert s3_options({"config_kwargs": {"read_timeout": 5}})["config_kwargs"] == \
+        {"read_timeout": 5, "retries": {"total_max_attempts": 1}}
+    own = {"config_kwargs": {"retries": {"max_attempts": 10, "mode": "adaptive"}}}
+    assert s3_options(own) == own
+
+
 def test_exists_raises_when_the_server_cannot_be_asked():
     """fsspec's HTTP exists() says False for a refused connection; ours names the URL and the cause."""
     storage = FsspecStorage(f"http://127.0.0.1:{free_port()}/ds", open_retry_seconds=0.3, backoff=0.05)

@@ -49,6 +49,14 @@ def image_pack(tmp_path_factory):
     return root / "pack"
 
 
+@pytest.fixture(scope="module")
+def readme_pack(tmp_path_factory):
+    """The pack of the README's first command: `corgi pack examples/corpus ... --kind image`."""
+    out = tmp_path_factory.mktemp("readme") / "corgi-example"
+    pack(ROOT / "examples" / "corpus", out, PackOptions(kind="image"), workers=1, progress=False)
+    return out
+
+
 def launch(pack_root: Path, work: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                str(ROOT / "examples" / "train_ddp.py"), str(pack_root), "--checkpoint-dir", str(work / "ckpt"),
@@ -139,3 +147,19 @@ def test_a_killed_run_resumes_and_trains_every_sample_once_per_epoch(image_pack,
     for epoch in range(EPOCHS):
         assert sorted(trained[epoch]) == keys, f"epoch {epoch}: {collections.Counter(trained[epoch]).most_common(3)}"
     assert checkpoint_step(tmp_path) == EPOCHS * len(keys) // (2 * BATCH)
+
+
+def test_the_example_trains_on_the_readme_pack_and_warns_of_nothing(readme_pack, tmp_path):
+    """`torchrun --nproc_per_node=2 examples/train_ddp.py /tmp/corgi-example`, as the issue ran it: no
+    --checkpoint-dir, and no deprecation warning from torchdata ('set_vital') or anything else on stderr."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(ROOT / "examples" / "train_ddp.py"), str(readme_pack), "--log-keys", str(tmp_path / "keys")]
+    proc = subprocess.run(command, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "set_vital" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr[-3000:]
+    assert "epoch 1 done" in proc.stdout
+    keys = open_manifest(readme_pack).keys()
+    for epoch in range(2):  # 21 images on 2 ranks: 11 each, one of them twice
+        trained = [key for e, _, key in logged(tmp_path) if e == epoch]
+        assert sorted(set(trained)) == sorted(keys) and len(trained) == len(keys) + 1

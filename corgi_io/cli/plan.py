@@ -6,6 +6,7 @@ import json
 import click
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.storage_options import with_storage_options
 
 
 @click.command("plan")
@@ -20,7 +21,9 @@ from corgi_io.cli.errors import one_line_errors
 @click.option("--drop-last", is_flag=True, help="Drop the tail instead of padding to equal counts.")
 @click.option("--buffer-blocks", type=int, default=16, show_default=True, help="Blocks per shuffle buffer.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
-def plan_command(dataset, world_size, workers, balance, batch_size, epoch, seed, drop_last, buffer_blocks, as_json):
+@with_storage_options
+def plan_command(dataset, world_size, workers, balance, batch_size, epoch, seed, drop_last, buffer_blocks, as_json,
+                 storage_options):
     """Show per-rank samples, size sums and reads of one epoch of DATASET and, with --batch-size,
     the per-step imbalance and simulated epoch time against count balance."""
     from corgi_io.manifest import open_manifest
@@ -32,7 +35,7 @@ def plan_command(dataset, world_size, workers, balance, batch_size, epoch, seed,
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     with one_line_errors():
-        m = open_manifest(dataset)
+        m = open_manifest(dataset, storage_options)
         summary = summarize(m.blocks.first, m.blocks.count, m.samples.size, world_size, workers=workers,
                             balance=balance, batch_size=batch_size, epoch=epoch, seed=seed, drop_last=drop_last,
                             buffer_blocks=buffer_blocks)

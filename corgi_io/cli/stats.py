@@ -6,13 +6,15 @@ import json
 import click
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.storage_options import with_storage_options
 
 
 @click.command("stats")
 @click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Also write a histogram figure to this PNG.")
-def stats_command(dataset, as_json, plot):
+@with_storage_options
+def stats_command(dataset, as_json, plot, storage_options):
     """Show counts, size distributions and block/shard balance of DATASET.
 
     \b
@@ -25,7 +27,7 @@ def stats_command(dataset, as_json, plot):
     from corgi_io.stats_plot import plot as plot_sizes
 
     with one_line_errors():
-        manifest = open_manifest(dataset)
+        manifest = open_manifest(dataset, storage_options)
         summary = summarize(manifest)
         if plot:
             try:
@@ -33,3 +35,5 @@ def stats_command(dataset, as_json, plot):
             except RuntimeError as exc:
                 raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(summary, indent=1) if as_json else render(summary))
+    if plot:  # on stderr under --json, so stdout stays one JSON document
+        click.echo(f"wrote the size histogram and block size sums to {plot}", err=as_json)

@@ -6,6 +6,7 @@ import json
 import click
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.storage_options import with_storage_options
 
 
 @click.command("verify")
@@ -16,13 +17,14 @@ from corgi_io.cli.errors import one_line_errors
               help="List at most this many problems (all are counted).")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Check this many shards at once, in separate processes.")
-def verify_command(dataset, as_json, max_errors, jobs):
+@with_storage_options
+def verify_command(dataset, as_json, max_errors, jobs, storage_options):
     """Re-read every shard of DATASET and check sizes, checksums, framing and index sidecars."""
     from corgi_io.stats import counted
     from corgi_io.verification import verify
 
     with one_line_errors():
-        report = verify(dataset, max_errors=max_errors, jobs=jobs)
+        report = verify(dataset, max_errors=max_errors, jobs=jobs, storage_options=storage_options)
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     elif report.ok:

@@ -1,10 +1,16 @@
 """PyTorch loaders: the only part of corgi-io that imports torch."""
+import warnings
+
 try:
     import torch  # noqa: F401  (checked first, so a missing torch says how to install it)
 except ModuleNotFoundError as exc:
     if exc.name != "torch":
         raise
     raise ModuleNotFoundError("corgi_io.loaders needs PyTorch: pip install 'corgi-io[torch]'", name="torch") from None
+
+# torchdata's StatefulDataLoader (0.11) calls torch.set_vital, deprecated in torch 2.13: a warning at every
+# loader built, about nothing a user can change.  Only that message, only from torchdata, is silenced.
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning, module="torchdata")
 
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
 from corgi_io.loaders.dataset import CorgiPileDataset
