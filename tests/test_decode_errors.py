@@ -69,21 +69,17 @@ def test_max_pixels_is_the_only_bound_when_pillows_own_would_warn_or_refuse(tmp_
             list(CorgiPileDataset(tmp_path / "pack", decode="pil", max_pixels=2000))
 
 
-@pytest.mark.parametrize("decode,kind,words", [
-    ("rgb", "video", "is a video; decode='rgb' decodes images: pack with --kind image or use decode='auto'"),
-    ("pil", "text", "is text; decode='pil' decodes images: pack with --kind image or use decode='auto'"),
-    ("video", "image", "is an image; decode='video' decodes videos: pack with --kind video or use decode='auto'"),
-    ("text", "video", "is a video; decode='text' decodes text: pack with --kind text or use decode='auto'"),
-])
-def test_a_kind_mismatch_says_so(packed_mixed, decode, kind, words):
-    first = next(s for s in CorgiPileDataset(packed_mixed("wds"), shuffle="none") if s["kind"] == kind)
-    dataset = CorgiPileDataset(packed_mixed("wds"), shuffle="none", decode=decode)
+@pytest.mark.parametrize("decode,kind", [("rgb", "image"), ("pil", "image"), ("video", "video"), ("text", "text")])
+def test_a_kind_mismatch_says_so(packed_mixed, decode, kind):
+    first = next(s for s in CorgiPileDataset(packed_mixed("wds"), shuffle="none") if s["kind"] != kind)
     with pytest.raises(DecodeError) as info:
-        for sample in dataset:
-            assert sample["key"] != first["key"]
-    if info.value.key == first["key"]:  # else an earlier sample of a third kind came first
-        assert str(info.value).endswith(f": sample {first['key']!r} {words}"), str(info.value)
-        assert "cannot decode" not in str(info.value) and "the data" not in str(info.value)
+        list(CorgiPileDataset(packed_mixed("wds"), shuffle="none", decode=decode))
+    article = {"image": "an image", "video": "a video", "text": "text"}[first["kind"]]
+    plural = {"image": "images", "video": "videos", "text": "text"}[kind]
+    assert str(info.value).endswith(f"shard-{info.value.shard[6:12]}.tar: byte offset {info.value.offset}: sample "
+                                    f"{first['key']!r} is {article}; decode={decode!r} decodes {plural}: pack with "
+                                    f"--kind {kind} or use decode='auto'"), str(info.value)
+    assert info.value.key == first["key"] and "\n" not in str(info.value)
 
 
 def test_skip_on_a_mixed_pack_keeps_every_image_and_the_steps(packed_mixed):
