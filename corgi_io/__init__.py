@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import importlib
 
-from corgi_io.errors import (BadInput, BatchError, CorgiError, CorpusError, CorruptDataError, FormatError,
-                             ManifestError, PackError, ResumeError, StorageError)
+from corgi_io.errors import (ArgumentError, BadInput, BatchError, CorgiError, CorpusError, CorruptDataError,
+                             DecodeError, FormatError, ManifestError, PackError, ResumeError, StorageError)
 
 _LAZY = {"Manifest": "corgi_io.manifest", "open_manifest": "corgi_io.manifest", "PackOptions": "corgi_io.packing",
          "pack": "corgi_io.packing", "verify": "corgi_io.verification"}
 
-__all__ = ["BadInput", "BatchError", "CorgiError", "CorpusError", "CorruptDataError", "FormatError", "ManifestError",
-           "PackError", "ResumeError", "StorageError", *_LAZY]
+__all__ = ["ArgumentError", "BadInput", "BatchError", "CorgiError", "CorpusError", "CorruptDataError", "DecodeError",
+           "FormatError", "ManifestError", "PackError", "ResumeError", "StorageError", *_LAZY]
 __version__ = "0.1.0"
 
 

@@ -11,6 +11,8 @@ import os
 import re
 import socket
 
+from corgi_io.errors import ArgumentError
+
 _HOST = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname())[:64] or "host"  # safe in any file name
 
 
@@ -39,7 +41,7 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
     an OSError that names no file (a failed write or fsync: a full disk) is given `path`.
     """
     if mode not in ("wb", "w"):
-        raise ValueError(f"atomic_output mode must be 'wb' or 'w', not {mode!r}")
+        raise ArgumentError(f"atomic_output mode must be 'wb' or 'w', not {mode!r}")
     directory, name = os.path.split(os.path.abspath(os.fspath(path)))
     tmp = os.path.join(directory, temp_name(name))
     try:

@@ -17,6 +17,7 @@ import re
 import urllib3
 from urllib3.exceptions import HTTPError, LocationValueError, MaxRetryError, ResponseError
 
+from corgi_io.arguments import check_number
 from corgi_io.errors import StorageError
 from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
 
@@ -60,7 +61,7 @@ class HttpStorage(RetryingStorage):
 
     def __init__(self, root: str, *, headers: dict | None = None, timeout: float = 30.0, **retry_settings):
         super().__init__(root, **retry_settings)
-        self.headers, self.timeout = dict(headers or {}), float(timeout)
+        self.headers, self.timeout = dict(headers or {}), check_number("timeout", timeout, strict=True)
         self._manager = None
 
     classify = staticmethod(classify_http_error)

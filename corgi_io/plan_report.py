@@ -21,10 +21,10 @@ from corgi_io.stats import counted
 
 
 def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: int, epoch: int, seed: int) -> None:
-    """ValueError naming the first option below its least value (None means "not given")."""
+    """ArgumentError (a ValueError) naming the first option below its least value (batch size None: "not given")."""
     for name, value, least in (("world size", world_size, 1), ("workers", workers, 0), ("batch size", batch_size, 1),
                                ("buffer blocks", buffer_blocks, 1), ("epoch", epoch, 0), ("seed", seed, 0)):
-        check_at_least(name, value, least)
+        check_at_least(name, value, least, optional=name == "batch size")
 
 
 def summarize(block_first, block_count, sizes, world_size: int, *, workers: int = 0, balance: str = "count",

@@ -17,6 +17,8 @@ import threading
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
+from corgi_io.errors import ArgumentError
+
 PAGE = mmap.PAGESIZE
 
 
@@ -124,4 +126,5 @@ class RangedColumn(NDArrayOperatorsMixin):
         return getattr(np.asarray(self), name)
 
     def __reduce__(self):
-        raise TypeError("a RangedColumn cannot be serialised for another process: send its Manifest, which reopens the pack")
+        raise ArgumentError("a RangedColumn cannot be serialised for another process: send its Manifest, "
+                            "which reopens the pack")

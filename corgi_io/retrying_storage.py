@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 
+from corgi_io.arguments import RETRY_SETTINGS, check_number
 from corgi_io.errors import StorageError
 from corgi_io.storage import Storage
 
@@ -46,10 +47,10 @@ class RetryingStorage(Storage):
     def __init__(self, root: str, *, retry_seconds: float = 20.0, open_retry_seconds: float = 2.0,
                  backoff: float = 0.1, max_backoff: float = 2.0):
         super().__init__(root)
-        if min(retry_seconds, open_retry_seconds, backoff, max_backoff) < 0:
-            raise ValueError("retry_seconds, open_retry_seconds, backoff and max_backoff must be >= 0")
-        self.retry_seconds, self.open_retry_seconds = float(retry_seconds), float(open_retry_seconds)
-        self.backoff, self.max_backoff, self.retried = float(backoff), float(max_backoff), 0
+        checked = [check_number(name, value) for name, value in
+                   zip(RETRY_SETTINGS, (retry_seconds, open_retry_seconds, backoff, max_backoff))]
+        self.retry_seconds, self.open_retry_seconds, self.backoff, self.max_backoff = checked
+        self.retried = 0
 
     def classify(self, exc: BaseException) -> str:
         """MISSING (the file is not there), TRANSIENT (a retry may help) or FATAL (it will not)."""

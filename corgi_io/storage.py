@@ -16,7 +16,8 @@ import threading
 from collections import OrderedDict
 from urllib.parse import urlsplit
 
-from corgi_io.errors import StorageError
+from corgi_io.arguments import check_storage_options
+from corgi_io.errors import ArgumentError, StorageError
 
 
 HTTP_OPTIONS = {"headers", "timeout", "retry_seconds", "open_retry_seconds", "backoff", "max_backoff"}
@@ -28,12 +29,13 @@ def open_storage(root: str, **storage_options) -> Storage:
     `backend="fsspec"` forces fsspec for http(s), as does any option HttpStorage does not take
     (`client_kwargs`, ...: they are fsspec's); `headers`, `timeout` and the retry settings are
     HttpStorage's own. Local storage ignores the options, so one `storage_options` serves a
-    dataset wherever it lives.
+    dataset wherever it lives (the retry settings are checked wherever it lives).
     """
     root = os.fspath(root)
+    check_storage_options(storage_options)
     backend = storage_options.pop("backend", None)
     if backend not in (None, "fsspec", "urllib3"):
-        raise ValueError(f"backend must be 'fsspec' or 'urllib3', not {backend!r}")
+        raise ArgumentError(f"backend must be 'fsspec' or 'urllib3', not {backend!r}")
     if "://" not in root:
         return LocalStorage(root)
     parts = urlsplit(root)
@@ -68,7 +70,7 @@ class Storage:
     def _start_read(self, offset: int, length: int) -> bool:
         """Validate a range and count it; False for an empty read, which touches nothing."""
         if offset < 0 or length < 0:
-            raise ValueError(f"bad range: offset={offset} length={length}")
+            raise ArgumentError(f"bad range: offset={offset} length={length}")
         if length:
             with self._lock:
                 self.reads += 1

@@ -1,31 +1,17 @@
 """Decoding is bounded and names the sample: pixel bombs are refused before any pixel is allocated,
-and every decode failure is a one-line CorruptDataError with the key and the shard."""
+and every decode failure is a one-line DecodeError with the key and the shard."""
 from __future__ import annotations
 
+import io
 import resource
-import struct
-import zlib
 
 import pytest
 from PIL import Image
 
-from corgi_io import CorruptDataError
+from corgi_io import DecodeError
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io import PackOptions, pack
-
-
-def png_claiming(width: int, height: int) -> bytes:
-    """A valid-looking RGB PNG whose header claims width x height, with a few bytes of pixel data.
-
-    Pillow reads the size from the header alone, which is what a bomb exploits: decoding it
-    would allocate width * height * 3 bytes.
-    """
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-            + chunk(b"IEND", b""))
+from corpus_factory import png_claiming
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +47,7 @@ def peak_rss_mb() -> float:
 @pytest.mark.parametrize("key,pixels", [("img/huge", 900_000_000), ("img/big", 100_000_000)])
 def test_a_pixel_bomb_is_refused_before_it_allocates(bombs, decode, key, pixels):
     before = peak_rss_mb()
-    with pytest.raises(CorruptDataError) as info:
+    with pytest.raises(DecodeError) as info:
         decode_one(bombs, key, decode=decode)
     message = str(info.value)
     assert "\n" not in message and repr(key) in message and "shard-000000.tar" in message and "byte offset" in message
@@ -72,16 +58,24 @@ def test_a_pixel_bomb_is_refused_before_it_allocates(bombs, decode, key, pixels)
 def test_max_pixels_is_the_bound_for_pil_and_rgb(bombs):
     assert decode_one(bombs, "img/small", decode="rgb", max_pixels=35).shape == (5, 7, 3)
     for decode in ("pil", "rgb"):
-        with pytest.raises(CorruptDataError, match="above max_pixels=34"):
+        with pytest.raises(DecodeError, match="above max_pixels=34"):
             decode_one(bombs, "img/small", decode=decode, max_pixels=34)
 
 
 def test_a_decode_failure_names_the_key_the_kind_and_the_shard(bombs):
-    with pytest.raises(CorruptDataError) as info:
+    with pytest.raises(DecodeError) as info:
         decode_one(bombs, "img/note", decode="pil")
     message = str(info.value)
-    assert "'img/note' (text)" in message and "shard-000000.tar" in message and "UnidentifiedImageError" in message
-    assert "\n" not in message and "0x" not in message  # no object repr such as <_io.BytesIO object at 0x...>
+    assert "sample 'img/note' is text; decode='pil' decodes images: pack with --kind image or use decode='auto'" \
+        in message and "shard-000000.tar" in message and "\n" not in message
+
+
+def test_a_foreign_error_is_named_without_object_reprs(bombs):
+    with pytest.raises(DecodeError) as info:
+        decode_one(bombs, "img/note", decode=lambda data, sample: Image.open(io.BytesIO(data)))
+    message = str(info.value)
+    assert message.endswith("sample 'img/note' (text): cannot decode (UnidentifiedImageError: cannot identify "
+                            "image file)"), message
     assert isinstance(info.value.__cause__, Exception)  # the decoder's own error stays attached
 
 
@@ -89,6 +83,6 @@ def test_a_failing_custom_decoder_is_named_too(bombs):
     def explode(data, sample):
         raise RuntimeError("my decoder broke\nsecond line")
 
-    with pytest.raises(CorruptDataError,
+    with pytest.raises(DecodeError,
                        match="sample 'img/small' \\(image\\): cannot decode \\(RuntimeError: my decoder broke\\)$"):
         decode_one(bombs, "img/small", decode=explode)

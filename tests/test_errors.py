@@ -9,7 +9,7 @@ from corgi_io.cli.errors import one_line_errors
 @pytest.mark.parametrize("name,builtin", [
     ("ManifestError", ValueError), ("FormatError", ValueError), ("CorpusError", ValueError),
     ("BadInput", ValueError), ("PackError", RuntimeError), ("CorruptDataError", ValueError),
-    ("StorageError", OSError),
+    ("DecodeError", ValueError), ("StorageError", OSError), ("ArgumentError", ValueError), ("ArgumentError", TypeError),
 ])
 def test_every_error_is_a_corgi_error_and_keeps_its_builtin_base(name, builtin):
     cls = getattr(corgi_io, name)
@@ -17,9 +17,21 @@ def test_every_error_is_a_corgi_error_and_keeps_its_builtin_base(name, builtin):
     assert name in corgi_io.__all__
 
 
-def test_corrupt_data_error_locates_the_sample():
-    exc = corgi_io.CorruptDataError("bad", shard="shard-000000.tar", offset=1536, key="cat/1")
-    assert (exc.shard, exc.offset, exc.key) == ("shard-000000.tar", 1536, "cat/1")
+@pytest.mark.parametrize("name", ["CorruptDataError", "DecodeError"])
+def test_sample_errors_locate_the_sample(name):
+    exc = getattr(corgi_io, name)("bad", shard="shard-000000.tar", offset=1536, key="cat/1")
+    assert (exc.shard, exc.offset, exc.key, str(exc)) == ("shard-000000.tar", 1536, "cat/1", "bad")
+
+
+def test_a_decode_failure_is_not_corruption():
+    assert not issubclass(corgi_io.DecodeError, corgi_io.CorruptDataError)
+    assert not issubclass(corgi_io.CorruptDataError, corgi_io.DecodeError)
+
+
+def test_argument_errors_are_caught_as_value_and_type_errors():
+    for builtin in (ValueError, TypeError):
+        with pytest.raises(builtin, match="seed must be"):
+            raise corgi_io.ArgumentError("seed must be an int >= 0, got 'x'")
 
 
 def test_cli_turns_corgi_errors_and_named_os_errors_into_one_line():
@@ -42,5 +54,6 @@ def test_plain_message_is_one_line_without_object_reprs():
     from corgi_io.errors import plain_message
 
     exc = OSError("cannot identify image file <_io.BytesIO object at 0x7f3a2c1b2e50>\nmore detail")
-    assert plain_message(exc) == "OSError: cannot identify image file the data"
+    assert plain_message(exc) == "OSError: cannot identify image file"
+    assert plain_message(ValueError("<Foo at 0xdead> broke  <bar object at 0x1>: why")) == "ValueError: broke: why"
     assert plain_message(KeyError()) == "KeyError"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from corgi_io import CorruptDataError, PackOptions, pack
+from corgi_io import ArgumentError, DecodeError, PackOptions, pack
 from corgi_io.loaders import CorgiPileDataset, VideoDecoder
 from corgi_io.loaders.video import frame_indices
 from corpus_factory import write_garbage_video, write_video
@@ -114,17 +114,17 @@ def test_a_clip_above_max_pixels_is_refused_before_its_frames_are_decoded(tmp_pa
     write_video(tmp_path / "src" / "big" / "wide.mp4", 1, 1920, 1088)
     pack(tmp_path / "src", tmp_path / "pack", PackOptions(), progress=False)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    with pytest.raises(CorruptDataError, match=r"'big/wide' \(video\): cannot decode .*above max_pixels"):
+    with pytest.raises(DecodeError, match=r"'big/wide' \(video\): a clip of 64 frames of 1920x1088 is .* above max_"):
         clips(tmp_path / "pack", decode=VideoDecoder(frames=64))  # 64 x 1920 x 1088 = 134M pixels, 400 MB
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before < 100
     (clip,) = clips(tmp_path / "pack", decode="video", max_pixels=8 * 1920 * 1088).values()
     assert clip.shape == (8, 1088, 1920, 3)
-    with pytest.raises(CorruptDataError, match="above max_pixels"):
+    with pytest.raises(DecodeError, match="above max_pixels"):
         clips(tmp_path / "pack", decode="video", max_pixels=8 * 1920 * 1088 - 1)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
-def test_a_corrupt_video_raises_corrupt_data_error_naming_key_kind_and_shard(tmp_path, damage):
+def test_a_corrupt_video_raises_decode_error_naming_key_kind_and_shard(tmp_path, damage):
     video = tmp_path / "src" / "bad" / "clip.avi"
     if damage == "garbage":
         write_garbage_video(video)
@@ -132,18 +132,21 @@ def test_a_corrupt_video_raises_corrupt_data_error_naming_key_kind_and_shard(tmp
         write_video(video, 12)
         video.write_bytes(video.read_bytes()[: video.stat().st_size // 2])
     pack(tmp_path / "src", tmp_path / "pack", PackOptions(size_fn="os.path:getsize"), progress=False)
-    with pytest.raises(CorruptDataError) as info:
+    with pytest.raises(DecodeError) as info:
         clips(tmp_path / "pack", decode="video")
     message = str(info.value)
-    assert "'bad/clip' (video): cannot decode" in message and "shard-000000.tar" in message, message
+    assert "sample 'bad/clip' (video): " in message and "shard-000000.tar: byte offset" in message, message
     assert "\n" not in message and info.value.key == "bad/clip"
 
 
 def test_video_decoder_options_are_checked():
-    with pytest.raises(ValueError, match="clip must be one of"):
+    with pytest.raises(ArgumentError, match="clip must be one of"):
         VideoDecoder(clip="middle")
-    with pytest.raises(ValueError, match="frames must be a positive int"):
-        VideoDecoder(frames=0)
+    for frames, message in ((0, "frames must be >= 1, got 0"), (2.0, "frames must be an int >= 1, got 2.0")):
+        with pytest.raises(ArgumentError, match=message):
+            VideoDecoder(frames=frames)
+    with pytest.raises(ArgumentError, match="max_pixels must be >= 1 or None, got 0"):
+        VideoDecoder(max_pixels=0)
 
 
 def test_random_clips_are_the_same_in_dataloader_workers_as_in_process(video_pack):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from corgi_io.errors import FormatError  # noqa: F401  (re-exported: formats raise it)
+from corgi_io.errors import ArgumentError, FormatError  # noqa: F401  (FormatError re-exported: formats raise it)
 
 
 class Record(NamedTuple):
@@ -33,4 +33,4 @@ def get_format(name: str):
     if name == "tfrecord":
         from corgi_io.formats import tfrecord
         return tfrecord
-    raise ValueError(f"unknown shard format {name!r}: expected 'wds' or 'tfrecord'")
+    raise ArgumentError(f"unknown shard format {name!r}: expected 'wds' or 'tfrecord'")

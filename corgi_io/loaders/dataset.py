@@ -16,19 +16,19 @@ import torch
 
 from corgi_io.reading import PieceReader
 from corgi_io.manifest import open_manifest
-from corgi_io.schedule import (BALANCE_MODES, SHUFFLE_MODES, BlockTable, EpochSpec, block_order, block_pieces,
-                               buffer_plan, check_mode, fit_cost, piece_counts, rank_plan, samples_per_rank,
-                               worker_share)
+from corgi_io.schedule import (BlockTable, EpochSpec, block_order, block_pieces, buffer_plan, fit_cost, piece_counts,
+                               rank_plan, samples_per_rank, worker_share)
 from corgi_io.schedule.resume import (consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces,
                                       skip_consumed, worker_state)
-from corgi_io.schedule.modes import check_at_least
 from corgi_io.schedule.workers import batch_count
-from corgi_io.errors import CorruptDataError, ResumeError, plain_message
+from corgi_io.errors import ArgumentError, ResumeError
 from corgi_io.storage import open_storage
 
 from .collate import collate_samples
 from .decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from .distributed import gather_cost_models, rank_and_world, worker_and_count
+from .on_error import SamplePreparer, batch_survivors
+from .options import check_options
 from .shared_epoch import SharedEpoch
 
 _warned_static_fallback = False
@@ -44,10 +44,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     `buffer_blocks` pieces form one shuffle buffer; `prefetch_blocks` more are read ahead.
     `decode`: None (bytes), "pil", "rgb", "text", "video" (8-frame clips), "auto" (by each
     sample's kind), or a callable(data, sample) such as `VideoDecoder(frames=16, clip="random")`
-    (see `corgi_io.loaders.decode`); `transform` then maps the decoded data.  A decode failure
-    raises CorruptDataError naming the key, kind and shard; "pil", "rgb" and "video" refuse
-    images (clips: frames x H x W) above `max_pixels` (Pillow's limit by default) before
-    decoding them.  Every rank yields exactly `len(self)` items per epoch (samples, or batches).
+    (see `corgi_io.loaders.decode`); `transform` then maps the decoded data.  "pil", "rgb" and
+    "video" refuse images (clips: frames x H x W) above `max_pixels` (Pillow's limit by default)
+    before decoding them, and the built-in decoders of one kind refuse samples of another kind.
+    A decode failure is a DecodeError naming the shard, byte offset and key; `on_error="raise"`
+    (default) raises it, `on_error="skip"` (needs `batch_size`) drops the sample with a warning
+    and yields its batch one sample shorter, and raises only for a batch whose every sample
+    fails (`corgi_io.loaders.on_error`).  Every rank yields exactly `len(self)` items per epoch
+    (samples, or batches).  Arguments are checked here, before any read (ArgumentError).
 
     `verify_reads` (on by default) checks each shard's size on its first read and every
     record's checksum before the sample is yielded: a mismatch raises CorruptDataError naming
@@ -80,28 +84,23 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
                  collate_fn=collate_samples, partitions: dict | None = None, read_threads: int | None = None,
                  storage_options: dict | None = None, verify_reads: bool = True,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS):
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise"):
         super().__init__()
-        check_mode("shuffle", shuffle, SHUFFLE_MODES)
-        check_mode("balance", balance, BALANCE_MODES)
-        for name, value, least in (("buffer_blocks", buffer_blocks, 1), ("prefetch_blocks", prefetch_blocks, 0),
-                                   ("batch_size", batch_size, 1)):
-            check_at_least(name, value, least)
-        if batch_size is None and collate_fn is not collate_samples:
-            raise ValueError("collate_fn= collates the dataset's batches: it needs batch_size=")
-        if balance != "count" and (batch_size is None or shuffle != "corgipile"):  # else steps are not balanced
-            raise ValueError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
-                             "it needs batch_size= and shuffle='corgipile'")
-        self.manifest = open_manifest(source, storage_options)
-        self.shuffle, self.buffer_blocks, self.seed = shuffle, int(buffer_blocks), int(seed)
+        o = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
+                          transform=transform, prefetch_blocks=prefetch_blocks, balance=balance, batch_size=batch_size,
+                          collate_fn=collate_fn, partitions=partitions, read_threads=read_threads,
+                          storage_options=storage_options, verify_reads=verify_reads, max_pixels=max_pixels,
+                          on_error=on_error)
         self.rank, self.world_size = rank_and_world(rank, world_size)
-        self.drop_last, self.balance = drop_last, balance
-        self.batch_size, self.collate_fn = None if batch_size is None else int(batch_size), collate_fn
-        self.decode, self.transform = get_decoder(decode, max_pixels), transform
-        self.verify_reads = verify_reads
-        self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else int(prefetch_blocks)
-        self.read_threads = read_threads  # reads in flight; None: the storage's (2 local; remote: 1, grown up to 8)
-        self.storage_options = storage_options or {}
+        self.decode, self.transform, self.on_error = get_decoder(decode, o["max_pixels"]), transform, on_error
+        self.manifest = open_manifest(source, o["storage_options"])
+        self.shuffle, self.buffer_blocks, self.seed = shuffle, o["buffer_blocks"], o["seed"]
+        self.drop_last, self.balance = o["drop_last"], balance
+        self.batch_size, self.collate_fn = o["batch_size"], collate_fn
+        self.verify_reads = o["verify_reads"]
+        self.prefetch_blocks = self.buffer_blocks if prefetch_blocks is None else o["prefetch_blocks"]
+        self.read_threads = o["read_threads"]  # reads in flight; None: the storage's (2 local; remote 1, grown to 8)
+        self.storage_options = o["storage_options"]
         self.block_owner = None if partitions is None else self._block_owner(partitions)
         self.epoch = 0
         self.cost_model = None           # per-rank (a, b) agreed at the last set_epoch, for balance="dynamic"
@@ -133,11 +132,12 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         for rank, paths in partitions.items():
             for path in paths:
                 if path in owner_of_shard:
-                    raise ValueError(f"partitions: shard {path!r} is given to ranks {owner_of_shard[path]} and {rank}")
+                    raise ArgumentError(f"partitions: shard {path!r} is given to ranks {owner_of_shard[path]} "
+                                        f"and {rank}")
                 owner_of_shard[path] = int(rank)
         missing = [sh.path for sh in self.manifest.shards if sh.path not in owner_of_shard]
         if missing:
-            raise ValueError(f"partitions: shard {missing[0]!r} (and {len(missing) - 1} more) belongs to no rank")
+            raise ArgumentError(f"partitions: shard {missing[0]!r} (and {len(missing) - 1} more) belongs to no rank")
         shard_owner = np.array([owner_of_shard[sh.path] for sh in self.manifest.shards], dtype=np.int64)
         return shard_owner[self.manifest.blocks.shard]
 
@@ -301,9 +301,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def _batches(self, samples):
         """`collate_fn` of each run of `batch_size` samples; the worker's count is whole batches but for the
-        rank's last one.  `_yielded` counts samples: it is a batch boundary whenever a batch is out."""
+        rank's last one.  `_yielded` counts samples: it is a batch boundary whenever a batch is out.
+        Under on_error="skip" a batch leaves out its samples that failed to decode."""
         while batch := list(itertools.islice(samples, self.batch_size)):
-            yield self.collate_fn(batch)
+            yield self.collate_fn(batch_survivors(batch))
 
     def _samples(self):
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
@@ -314,23 +315,16 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         plan, finished, self._yielded = self._epoch_plan(worker, num_workers)
         self._progress = (self.epoch, finished, self.world_size, num_workers, worker)
         decode = epoch_decoder(self.decode, self.seed, self.epoch)  # random video clips follow (seed, epoch, index)
-        transform = self.transform
+        prepare = SamplePreparer(decode, self.transform, self.on_error, self._locate,
+                                 f"rank {self.rank} worker {worker}")
         for sample in reader.samples(plan):
             self._yielded += 1
-            if decode is not None:
-                sample["data"] = self._decoded(decode, sample)
-            if transform is not None:
-                sample["data"] = transform(sample["data"])
-            yield sample
+            yield prepare(sample)  # under on_error="skip", a sample that failed is its DecodeError (see _batches)
+        prepare.finish()
 
-    def _decoded(self, decode, sample: dict):
-        """The decoder's value for `sample`; any failure becomes a CorruptDataError naming key, kind and shard."""
-        try:
-            return decode(sample["data"], sample)
-        except Exception as exc:
-            m, index = self.manifest, sample["index"]
-            path, offset = m.shards[int(m.samples.shard[index])].path, int(m.samples.data_offset[index])
-            raise CorruptDataError(f"{self.storage.url(path)}: byte offset {offset}: sample {sample['key']!r} "
-                                   f"({sample['kind']}): cannot decode ({plain_message(exc)})", shard=path, offset=offset,
-                                   key=sample["key"]) from exc
+    def _locate(self, index: int) -> tuple:
+        """(shard URL, shard path, byte offset of the payload) of sample `index`, for error messages."""
+        m = self.manifest
+        path = m.shards[int(m.samples.shard[index])].path
+        return self.storage.url(path), path, int(m.samples.data_offset[index])
 

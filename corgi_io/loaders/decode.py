@@ -2,42 +2,90 @@
 
 "pil" and "rgb" decode images, "text" UTF-8 text, "video" a clip of frames (`VideoDecoder`,
 PyAV, in memory), and "auto" (`AutoDecoder`) picks one of those by the sample's `kind`, for
-packs that mix images, videos and texts.
+packs that mix images, videos and texts.  A built-in decoder of one kind has `name` and `kind`:
+the dataset refuses a sample of another kind with a DecodeError that says so, before decoding.
 
 Image decoders refuse a decompression bomb before they allocate: the header gives the size,
-and an image of more than `max_pixels` pixels (Pillow's own limit by default) is refused.
-A decoder raises whatever its library raises; the dataset turns any failure into a
-CorruptDataError that names the sample's key, kind and shard.
+and an image of more than `max_pixels` pixels (Pillow's own limit by default) is refused with
+corgi's message.  `max_pixels` is then the only bound: Pillow's own check, a warning above its
+`Image.MAX_IMAGE_PIXELS` and an error above twice that, is silenced (so raising `max_pixels`
+raises the bound, without a warning per image); with `max_pixels=None`, Pillow's check applies.
+A decoder raises DecodeError for what it refuses and whatever its library raises otherwise;
+the dataset turns any failure into a DecodeError naming the shard, byte offset, key and kind.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import io
+import warnings
 
 import numpy as np
 import torch
 from PIL import Image
 
+from corgi_io.arguments import check_at_least
+from corgi_io.errors import ArgumentError, DecodeError
+
 from .video import VideoDecoder
 
 DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS  # Pillow's decompression-bomb limit: 89,478,485 pixels
+NAMES = ["auto", "pil", "rgb", "text", "video"]
 
 
-def _pil(data: bytes, sample: dict, max_pixels: int | None = DEFAULT_MAX_PIXELS):
-    image = Image.open(io.BytesIO(data))  # parses the header only; no pixel is decoded yet
-    width, height = image.size
-    if max_pixels is not None and width * height > max_pixels:
-        raise ValueError(f"image is {width}x{height} = {width * height:,} pixels, above max_pixels={max_pixels:,}")
-    return image.convert("RGB") if image.mode != "RGB" else image
+def _open_unchecked(data: bytes):
+    """`Image.open` of `data` without Pillow's pixel check (None if no format opens it): Pillow's registry
+    (`Image.ID`, `Image.OPEN`), for an image Pillow refuses as a bomb while `max_pixels` allows it."""
+    Image.init()
+    for name in Image.ID:
+        factory, accept = Image.OPEN[name]
+        verdict = accept(data[:16]) if accept else True
+        if verdict and not isinstance(verdict, str):
+            try:
+                return factory(io.BytesIO(data), "")
+            except (SyntaxError, IndexError, TypeError, ValueError):
+                continue
+    return None
 
 
-def _rgb(data: bytes, sample: dict, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> torch.Tensor:
-    return torch.from_numpy(np.array(_pil(data, sample, max_pixels), dtype=np.uint8))
+def open_image(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """The decoded RGB image in `data`; DecodeError for one above `max_pixels`, from its header (see the module)."""
+    with warnings.catch_warnings():
+        if max_pixels is not None:
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            image = Image.open(io.BytesIO(data))  # parses the header only; no pixel is decoded yet
+        except Image.DecompressionBombError:
+            image = None if max_pixels is None else _open_unchecked(data)
+            if image is None:
+                raise
+        width, height = image.size
+        if max_pixels is not None and width * height > max_pixels:
+            raise DecodeError(f"image is {width}x{height} = {width * height:,} pixels, above max_pixels={max_pixels:,}")
+        image.load()  # here, so that a broken body fails in the decoder, not later in a transform
+        return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def _text(data: bytes, sample: dict) -> str:
-    return data.decode("utf-8")
+def rgb_tensor(image: Image.Image) -> torch.Tensor:
+    """A decoded image as a uint8 (H, W, 3) tensor."""
+    return torch.from_numpy(np.array(image, dtype=np.uint8))
+
+
+@dataclasses.dataclass(frozen=True)
+class KindDecoder:
+    """decode='pil' (an RGB PIL image), 'rgb' (a uint8 (H, W, 3) tensor) or 'text' (a str); it decodes `kind`."""
+
+    name: str
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+
+    @property
+    def kind(self) -> str:
+        return "text" if self.name == "text" else "image"
+
+    def __call__(self, data: bytes, sample: dict):
+        if self.name == "text":
+            return data.decode("utf-8")
+        image = open_image(data, self.max_pixels)
+        return image if self.name == "pil" else rgb_tensor(image)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +99,9 @@ class AutoDecoder:
     video: VideoDecoder = VideoDecoder()
     max_pixels: int | None = DEFAULT_MAX_PIXELS
 
+    def __post_init__(self):
+        check_at_least("max_pixels", self.max_pixels, 1)
+
     def for_epoch(self, seed: int, epoch: int) -> AutoDecoder:
         return dataclasses.replace(self, video=self.video.for_epoch(seed, epoch))
 
@@ -58,12 +109,7 @@ class AutoDecoder:
         kind = sample["kind"]
         if kind == "video":
             return self.video(data, sample)
-        return _rgb(data, sample, self.max_pixels) if kind == "image" else _text(data, sample)
-
-
-DECODERS = {"pil": _pil, "rgb": _rgb, "text": _text}
-IMAGE_DECODERS = ("pil", "rgb")
-NAMES = sorted([*DECODERS, "video", "auto"])
+        return rgb_tensor(open_image(data, self.max_pixels)) if kind == "image" else data.decode("utf-8")
 
 
 def get_decoder(decode, max_pixels: int | None = DEFAULT_MAX_PIXELS):
@@ -80,11 +126,9 @@ def get_decoder(decode, max_pixels: int | None = DEFAULT_MAX_PIXELS):
         return VideoDecoder(max_pixels=max_pixels)
     if decode == "auto":
         return AutoDecoder(VideoDecoder(max_pixels=max_pixels), max_pixels)
-    if decode not in DECODERS:
-        raise ValueError(f"decode must be None, a callable, or one of {NAMES}; got {decode!r}")
-    if decode in IMAGE_DECODERS:
-        return functools.partial(DECODERS[decode], max_pixels=max_pixels)
-    return DECODERS[decode]
+    if decode not in NAMES:
+        raise ArgumentError(f"decode must be None, a callable, or one of {NAMES}, got {decode!r}")
+    return KindDecoder(decode, max_pixels)
 
 
 def epoch_decoder(decode, seed: int, epoch: int):

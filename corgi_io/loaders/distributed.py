@@ -4,19 +4,32 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from corgi_io.arguments import check_at_least
+from corgi_io.errors import ArgumentError
+
 
 def rank_and_world(rank=None, world_size=None) -> tuple:
-    """(rank, world_size) from an initialised torch.distributed group, else the arguments, else (0, 1)."""
+    """(rank, world_size) from an initialised torch.distributed group, else the arguments, else (0, 1).
+
+    Without a process group both are given or neither (`world_size=1` alone is rank 0 of 1): a
+    rank alone, or a world of several without the rank, would make every process the same rank.
+    """
+    rank, world_size = check_at_least("rank", rank, 0), check_at_least("world_size", world_size, 1)
     if dist.is_available() and dist.is_initialized():
         found = dist.get_rank(), dist.get_world_size()
         if (rank is not None and rank != found[0]) or (world_size is not None and world_size != found[1]):
-            raise ValueError(f"rank={rank}, world_size={world_size} disagree with torch.distributed "
-                             f"(rank {found[0]} of {found[1]})")
+            raise ArgumentError(f"rank={rank}, world_size={world_size} disagree with torch.distributed "
+                                f"(rank {found[0]} of {found[1]})")
         return found
-    rank = 0 if rank is None else int(rank)
-    world_size = 1 if world_size is None else int(world_size)
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is outside world_size {world_size}")
+    if rank is not None and world_size is None:
+        raise ArgumentError(f"rank={rank} needs world_size= (torch.distributed is not initialised, so the "
+                            "number of ranks is not known)")
+    if rank is None and world_size not in (None, 1):
+        raise ArgumentError(f"world_size={world_size} needs rank= (torch.distributed is not initialised, so "
+                            "this process's rank is not known)")
+    rank, world_size = rank or 0, world_size or 1
+    if rank >= world_size:
+        raise ArgumentError(f"rank={rank} is outside world_size={world_size} (ranks 0 to {world_size - 1})")
     return rank, world_size
 
 

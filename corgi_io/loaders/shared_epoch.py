@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from corgi_io.errors import ArgumentError
+
 _GENERATION, _EPOCH, _HAS_COST_MODEL = range(3)
 
 
@@ -36,8 +38,8 @@ class SharedEpoch:
         if cost_model is not None:
             values = np.asarray(cost_model, dtype=np.float64)
             if values.shape != self._cost_model.shape:
-                raise ValueError(f"cost model of shape {values.shape}: expected one (a, b) per rank, "
-                                 f"{tuple(self._cost_model.shape)}")
+                raise ArgumentError(f"cost model of shape {values.shape}: expected one (a, b) per rank, "
+                                    f"{tuple(self._cost_model.shape)}")
             self._cost_model.numpy()[...] = values
         header[_EPOCH], header[_HAS_COST_MODEL] = epoch, cost_model is not None
         header[_GENERATION] += 1  # last, after the values it announces

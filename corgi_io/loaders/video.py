@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from typing import ClassVar
 
 import numpy as np
 import torch
 from PIL import Image
+
+from corgi_io.arguments import check_at_least, check_mode
+from corgi_io.errors import DecodeError
 
 CLIP_MODES = ("uniform", "random")
 
@@ -65,14 +69,14 @@ def _numbered_frames(container, stream, needed: set):
             continue
         decoded = packet.decode()
         if len(decoded) != 1:
-            raise ValueError(f"frame {number}: an intra-only packet decoded to {len(decoded)} frames")
+            raise DecodeError(f"frame {number}: an intra-only packet decoded to {len(decoded)} frames")
         yield number, decoded[0]
 
 
 def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=None) -> np.ndarray:
     """Decode the clip's frames from `data` into a (frames, H, W, 3) uint8 array (see the module docstring).
 
-    Raises ValueError for a clip above `max_pixels`, a video without a video stream or frames,
+    Raises DecodeError for a clip above `max_pixels`, a video without a video stream or frames,
     or one that ends before the frames its header promised; PyAV's errors pass through.
     """
     import av
@@ -80,15 +84,15 @@ def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=N
 
     with av.open(io.BytesIO(data)) as container:
         if not container.streams.video:
-            raise ValueError("no video stream")
+            raise DecodeError("no video stream")
         stream = container.streams.video[0]
         width, height = stream.codec_context.width, stream.codec_context.height
         if max_pixels is not None and frames * width * height > max_pixels:
-            raise ValueError(f"a clip of {frames} frames of {width}x{height} is {frames * width * height:,} pixels, "
+            raise DecodeError(f"a clip of {frames} frames of {width}x{height} is {frames * width * height:,} pixels, "
                              f"above max_pixels={max_pixels:,}")
         total = _frame_count(data, stream)
         if total < 1 or width < 1 or height < 1:
-            raise ValueError(f"video stream of {total} frames of {width}x{height}")
+            raise DecodeError(f"video stream of {total} frames of {width}x{height}")
         indices = frame_indices(total, frames, clip, rng)
         out = np.empty((frames, height, width, 3), dtype=np.uint8)
         to_rgb = VideoReformatter()  # one converter per clip, one thread: see the module docstring
@@ -97,11 +101,11 @@ def read_clip(data: bytes, frames: int, clip: str, max_pixels: int | None, rng=N
             lo, hi = np.searchsorted(indices, (number, number + 1)).tolist()  # the clip slots showing this frame
             if hi > lo:
                 if (frame.width, frame.height) != (width, height):
-                    raise ValueError(f"frame {number} is {frame.width}x{frame.height}, the stream {width}x{height}")
+                    raise DecodeError(f"frame {number} is {frame.width}x{frame.height}, the stream {width}x{height}")
                 out[lo:hi] = to_rgb.reformat(frame, format="rgb24", threads=1).to_ndarray()
             if number == indices[-1]:
                 return out
-    raise ValueError(f"the video ends after {number + 1} frames; its header says {total}")
+    raise DecodeError(f"the video ends after {number + 1} frames; its header says {total}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +113,12 @@ class VideoDecoder:
     """decode= for videos: a uint8 tensor (frames, H, W, 3), RGB; see the module docstring for the clip rules.
 
     `max_pixels` bounds frames x H x W (Pillow's image limit by default).  The dataset calls
-    `for_epoch(seed, epoch)` at each iteration, which fixes the random clips' stream.
+    `for_epoch(seed, epoch)` at each iteration, which fixes the random clips' stream, and refuses
+    a sample whose `kind` is not "video" before calling it.
     """
+
+    name: ClassVar[str] = "video"
+    kind: ClassVar[str] = "video"
 
     frames: int = 8
     clip: str = "uniform"
@@ -119,10 +127,9 @@ class VideoDecoder:
     epoch: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.frames, int) or self.frames < 1:
-            raise ValueError(f"frames must be a positive int; got {self.frames!r}")
-        if self.clip not in CLIP_MODES:
-            raise ValueError(f"clip must be one of {CLIP_MODES}; got {self.clip!r}")
+        check_at_least("frames", self.frames, 1, optional=False)
+        check_mode("clip", self.clip, CLIP_MODES)
+        check_at_least("max_pixels", self.max_pixels, 1)
 
     def for_epoch(self, seed: int, epoch: int) -> VideoDecoder:
         """This decoder with the dataset's seed and epoch (the random clips' stream)."""

@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from corgi_io.errors import CorgiError, PackError
+from corgi_io.errors import ArgumentError, CorgiError, PackError
 
 RETRIES = 2            # reruns of a task that raised (a dead worker's task is rerun by the scheduler anyway)
 TASKS_AHEAD = 2        # tasks queued per worker thread
@@ -37,12 +37,12 @@ INSTALL_HINT = "Dask distributed is not installed: pip install 'corgi-io[dask]'"
 
 def parse_address(address: str):
     """``local`` -> None (default size), ``local:N`` -> N (a LocalCluster of N workers); a scheduler
-    address (``tcp://host:8786``, ``tls://...``) is returned as it is.  Anything else: ValueError."""
+    address (``tcp://host:8786``, ``tls://...``) is returned as it is.  Anything else: ArgumentError."""
     if (match := LOCAL.fullmatch(address)) is not None:
         return int(match.group(1)) if match.group(1) else None
     if re.fullmatch(r"[a-z][a-z0-9+.-]*://\S+", address):
         return address
-    raise ValueError(f"{address!r} is neither local, local:N nor a scheduler address such as tcp://host:8786")
+    raise ArgumentError(f"{address!r} is neither local, local:N nor a scheduler address such as tcp://host:8786")
 
 
 @contextlib.contextmanager

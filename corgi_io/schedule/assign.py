@@ -16,6 +16,8 @@ import functools
 
 import numpy as np
 
+from corgi_io.errors import ArgumentError
+
 from .balance import rank_budgets, size_plan
 from .cost import unit_cost
 from .order import BALANCE, epoch_rng
@@ -47,9 +49,9 @@ def plan_epoch(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=Non
     """
     w = spec.world_size
     if spec.balance != "count" and table.size_sum is None:
-        raise ValueError(f"balance={spec.balance!r} needs sizes")
+        raise ArgumentError(f"balance={spec.balance!r} needs sizes")
     if spec.balance == "dynamic" and cost_model is None:
-        raise ValueError("balance='dynamic' needs cost_model")
+        raise ArgumentError("balance='dynamic' needs cost_model")
     cost = np.asarray(cost_model, np.float64) if spec.balance == "dynamic" else unit_cost(w)
     model = cost_model if spec.balance == "dynamic" else None
     budgets_for = functools.partial(rank_budgets, cost_model=model, world_size=w)  # (total size, n) -> budgets
@@ -66,7 +68,7 @@ def rank_plan(table: BlockTable, spec: EpochSpec, rank: int, *, cost_model=None,
     """One rank's pieces of the epoch (see ``plan_epoch``): compute it once per rank and epoch
     and give each worker its share (``worker_share``)."""
     if not 0 <= rank < spec.world_size:
-        raise ValueError(f"rank must be in [0, {spec.world_size}), got {rank}")
+        raise ArgumentError(f"rank must be in [0, {spec.world_size}), got {rank}")
     return plan_epoch(table, spec, cost_model=cost_model, owner=owner).rank(rank)
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corgi_io.errors import ArgumentError
+
 from .cost import keep_if_faster
 from .fill import fill
 from .pieces import merge_adjacent, piece_counts
@@ -49,7 +51,7 @@ def rank_budgets(total_size: float, n: int, cost_model: np.ndarray | None,
         return np.full(world_size, total_size / world_size)
     cm = np.asarray(cost_model, dtype=np.float64)
     if cm.shape != (world_size, 2) or (cm[:, 0] <= 0).any() or (cm[:, 1] < 0).any():
-        raise ValueError(f"cost_model must be ({world_size}, 2) with a > 0 and b >= 0")
+        raise ArgumentError(f"cost_model must be ({world_size}, 2) with a > 0 and b >= 0")
     a, fixed = cm[:, 0], cm[:, 1] * n
     live = np.ones(world_size, bool)
     while True:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from corgi_io.errors import ArgumentError
+
 # Stream tags: one per consumer of randomness.
 BLOCKS, BALANCE, BUFFER, WINDOW, FULL = range(5)
 
@@ -22,7 +24,7 @@ def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
     """
     key = [int(seed), int(epoch), *map(int, stream)]
     if min(key) < 0:
-        raise ValueError(f"seed, epoch and stream ids must be >= 0, got {key}")
+        raise ArgumentError(f"seed, epoch and stream ids must be >= 0, got {key}")
     return np.random.default_rng(np.random.SeedSequence(key))
 
 

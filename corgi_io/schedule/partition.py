@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corgi_io.errors import ArgumentError
+
 from .cost import slowest_time
 from .order import block_order
 from .sequence import EpochSequence
@@ -57,11 +59,11 @@ def partition_plan(table: BlockTable, spec: EpochSpec, owner, budgets_for, cost:
     w = spec.world_size
     owner = np.asarray(owner, np.int64)
     if owner.shape != table.count.shape or owner.min(initial=0) < 0 or owner.max(initial=0) >= w:
-        raise ValueError(f"partitions must give each of {len(table.count)} blocks a rank in [0, {w})")
+        raise ArgumentError(f"partitions must give each of {len(table.count)} blocks a rank in [0, {w})")
     have = np.bincount(owner, weights=table.count, minlength=w).astype(np.int64)
     n = int(have.min() if spec.drop_last else have.max())
     if n and (have == 0).any():
-        raise ValueError(f"ranks {np.flatnonzero(have == 0).tolist()} own no samples and cannot pad")
+        raise ArgumentError(f"ranks {np.flatnonzero(have == 0).tolist()} own no samples and cannot pad")
     order = block_order(len(table.count), spec.seed, spec.epoch, spec.shuffle_blocks)
     grouped = order[np.argsort(owner[order], kind="stable")]
     bounds = np.searchsorted(owner[grouped], np.arange(w + 1))

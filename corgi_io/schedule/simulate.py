@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from corgi_io.errors import ArgumentError
+
 from .assign import epoch_plans
 from .cost import unit_cost
 from .spec import BlockTable, EpochSpec
@@ -59,7 +61,7 @@ def simulate(table: BlockTable, spec: EpochSpec, *, batch_size: int | None = Non
     sizes = np.asarray(table.sizes, dtype=np.int64)
     batch_size = batch_size or spec.batch_size
     if not batch_size:
-        raise ValueError("simulate needs a batch size")
+        raise ArgumentError("simulate needs a batch size")
     w = spec.world_size
     cost = unit_cost(w) if cost_model is None else np.asarray(cost_model, np.float64)
 

@@ -10,14 +10,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .modes import BALANCE_MODES, SHUFFLE_MODES, check_mode
+from corgi_io.errors import ArgumentError
+
+from .modes import BALANCE_MODES, SHUFFLE_MODES, check_at_least, check_mode
 
 
 def samples_per_rank(num_samples: int, world_size: int, drop_last: bool = False) -> int:
     """Samples every rank reads in an epoch: ``ceil(N / W)`` when padding,
     ``floor(N / W)`` with ``drop_last`` (0 when N < W: every plan is empty)."""
     if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
+        raise ArgumentError(f"world_size must be >= 1, got {world_size}")
     return num_samples // world_size if drop_last else -(-num_samples // world_size)
 
 
@@ -45,11 +47,10 @@ class EpochSpec:
         check_mode("balance", self.balance, BALANCE_MODES)
         check_mode("shuffle", self.shuffle, SHUFFLE_MODES)
         for name, least in (("world_size", 1), ("seed", 0), ("epoch", 0), ("num_workers", 0), ("buffer_pieces", 1)):
-            if getattr(self, name) < least:
-                raise ValueError(f"{name} must be >= {least}, got {getattr(self, name)}")
+            check_at_least(name, getattr(self, name), least, optional=False)
         if self.batch_size is not None and (self.batch_size < 1 or self.shuffle != "corgipile"):
-            raise ValueError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
-                             "shuffle='corgipile' and batch_size >= 1")
+            raise ArgumentError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
+                                "shuffle='corgipile' and batch_size >= 1")
 
     @property
     def shuffle_blocks(self) -> bool:
@@ -88,7 +89,7 @@ class BlockTable:
             return cls(first, count)
         sizes = np.asarray(sizes, np.int64)
         if len(sizes) != count.sum():
-            raise ValueError(f"sizes has {len(sizes)} entries for {count.sum()} samples")
+            raise ArgumentError(f"sizes has {len(sizes)} entries for {count.sum()} samples")
         sums = np.add.reduceat(sizes, first) if len(sizes) else np.zeros(len(count), np.int64)
         return cls(first, count, np.where(count > 0, sums, 0), sizes)
 
@@ -99,7 +100,7 @@ class BlockTable:
     def sizes_of(self, pieces: np.ndarray) -> np.ndarray:
         """Size sum of each piece (int64): the block's sum for a whole block, otherwise its samples' sizes."""
         if self.size_sum is None:
-            raise ValueError("this plan needs sample sizes (size or dynamic balance)")
+            raise ArgumentError("this plan needs sample sizes (size or dynamic balance)")
         pieces = np.asarray(pieces, np.int64).reshape(-1, 3)
         blocks, start, stop = pieces.T
         out = self.size_sum[blocks].copy()

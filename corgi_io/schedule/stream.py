@@ -15,6 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from corgi_io.errors import ArgumentError
+
 from .batches import BatchComposer
 from .order import BUFFER, FULL, WINDOW, epoch_rng
 from .modes import SHUFFLE_MODES, check_mode
@@ -50,15 +52,15 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
     pieces = np.asarray(pieces, dtype=np.int64).reshape(-1, 3)
     check_mode("shuffle", shuffle, SHUFFLE_MODES)
     if batch_size is not None and (shuffle != "corgipile" or sizes is None or batch_size < 1):
-        raise ValueError("balanced batches need shuffle='corgipile', sizes and batch_size >= 1")
+        raise ArgumentError("balanced batches need shuffle='corgipile', sizes and batch_size >= 1")
     if shuffle == "window":
         if not window_samples or window_samples < 1:
-            raise ValueError("shuffle='window' needs window_samples >= 1")
+            raise ArgumentError("shuffle='window' needs window_samples >= 1")
         return _window(pieces, window_samples, epoch_rng(seed, epoch, WINDOW, rank, worker))
     if shuffle == "full":
         return _full(pieces, epoch_rng(seed, epoch, FULL, rank, worker))
     if buffer_pieces < 1:
-        raise ValueError(f"buffer_pieces must be >= 1, got {buffer_pieces}")
+        raise ArgumentError(f"buffer_pieces must be >= 1, got {buffer_pieces}")
     if shuffle != "corgipile":
         return ((pieces[j:j + buffer_pieces], piece_samples(pieces[j:j + buffer_pieces]))
                 for j in range(0, len(pieces), buffer_pieces))

@@ -1,0 +1,108 @@
+"""What a sample that fails to decode does: ``on_error="raise"`` (the default) or ``"skip"``.
+
+Every failure is a DecodeError with one line naming the shard, the byte offset and the key:
+the decoder's own refusal (``image is 60000x60000 = 3,600,000,000 pixels, above
+max_pixels=89,478,485``), a sample of another kind than a built-in decoder's (``sample
+'dog/dog_run' is a video; decode='rgb' decodes images: ...``), or whatever else the decoder
+raised (``cannot decode (UnidentifiedImageError: cannot identify image file)``).
+
+"raise" stops the iteration at the first failure.  "skip" drops the sample and warns (one
+line: the DecodeError's text and how many this worker has skipped this epoch) for each of
+the first `WARN_FIRST` failures of a worker's epoch; later ones are counted, and a last
+warning at the end of the worker's epoch gives the total.  Skipping needs the dataset's
+`batch_size`: the batch is yielded without the failed sample (one sample shorter), so every
+rank still takes `len(dataset)` steps.  A batch whose every sample fails cannot be yielded:
+it raises DecodeError.  A failing `transform` is not a decode failure: it always raises.
+"""
+from __future__ import annotations
+
+import warnings
+
+from corgi_io.arguments import check_mode
+from corgi_io.errors import ArgumentError, DecodeError, plain_message
+
+ON_ERROR = ("raise", "skip")
+WARN_FIRST = 5  # failures warned one by one in each worker's epoch; the rest are counted
+_KIND_WORDS = {"image": ("an image", "images"), "video": ("a video", "videos"), "text": ("text", "text")}
+
+
+def check_on_error(on_error: str, batch_size) -> None:
+    """ArgumentError for an unknown policy, or for "skip" without `batch_size` (the epoch would be short)."""
+    check_mode("on_error", on_error, ON_ERROR)
+    if on_error == "skip" and batch_size is None:
+        raise ArgumentError("on_error='skip' needs batch_size=: a skipped sample leaves its batch one sample "
+                            "shorter, so every rank keeps len(dataset) steps; without batches the epoch would be short")
+
+
+def wrong_kind(sample: dict, decode) -> str | None:
+    """Why a built-in decoder of one kind (`decode.kind`) refuses `sample` of another kind; None if it does not."""
+    kind = getattr(decode, "kind", None)
+    if kind is None or sample["kind"] == kind:
+        return None
+    return (f"sample {sample['key']!r} is {_KIND_WORDS[sample['kind']][0]}; decode={decode.name!r} decodes "
+            f"{_KIND_WORDS[kind][1]}: pack with --kind {kind} or use decode='auto'")
+
+
+class SamplePreparer:
+    """Decodes and transforms the samples of one worker's epoch under the `on_error` policy (see the module).
+
+    `locate(index)` gives (shard URL, shard path, byte offset) of a sample, for the messages;
+    `who` names the worker in the warnings (``rank 0 worker 1``).
+    """
+
+    def __init__(self, decode, transform, on_error: str, locate, who: str):
+        self.decode, self.transform, self.on_error = decode, transform, on_error
+        self.locate, self.who, self.skipped = locate, who, 0
+
+    def __call__(self, sample: dict):
+        """`sample` with its data decoded and transformed; under "skip", the DecodeError of one that failed."""
+        if self.decode is not None:
+            try:
+                sample["data"] = self._decoded(sample)
+            except DecodeError as error:
+                if self.on_error == "raise":
+                    raise
+                self._skip(error)
+                return error
+        if self.transform is not None:
+            sample["data"] = self.transform(sample["data"])
+        return sample
+
+    def _decoded(self, sample: dict):
+        """The decoder's value; any failure becomes a DecodeError naming shard, offset and key."""
+        refusal = wrong_kind(sample, self.decode)
+        if refusal is None:
+            try:
+                return self.decode(sample["data"], sample)
+            except Exception as exc:
+                reason = str(exc) if isinstance(exc, DecodeError) else f"cannot decode ({plain_message(exc)})"
+                raise self._error(sample, f"sample {sample['key']!r} ({sample['kind']}): {reason}") from exc
+        raise self._error(sample, refusal)
+
+    def _error(self, sample: dict, text: str) -> DecodeError:
+        url, path, offset = self.locate(sample["index"])
+        return DecodeError(f"{url}: byte offset {offset}: {text}", shard=path, offset=offset, key=sample["key"])
+
+    def _skip(self, error: DecodeError) -> None:
+        self.skipped += 1
+        if self.skipped <= WARN_FIRST:
+            later = "; later ones are counted, not named" if self.skipped == WARN_FIRST else ""
+            warnings.warn(f"{error}: skipped (on_error='skip'; {self.skipped} skipped by {self.who} this epoch"
+                          f"{later})", stacklevel=3)
+
+    def finish(self) -> None:
+        """At the end of the worker's epoch: the total skipped, when some were not named."""
+        if self.skipped > WARN_FIRST:
+            warnings.warn(f"{self.who} skipped {self.skipped} samples that failed to decode this epoch "
+                          f"(on_error='skip'; the first {WARN_FIRST} named above)", stacklevel=2)
+
+
+def batch_survivors(batch: list) -> list:
+    """The samples of a batch that decoded (a failed one is its DecodeError under "skip"); DecodeError if none did."""
+    kept = [sample for sample in batch if not isinstance(sample, DecodeError)]
+    if kept:
+        return kept
+    last = batch[-1]
+    raise DecodeError(f"{last}; and every other sample of its batch of {len(batch)} failed to decode: on_error='skip' "
+                      "yields a batch without its failed samples, never an empty one", shard=last.shard,
+                      offset=last.offset, key=last.key)
