@@ -96,6 +96,8 @@ def test_a_failed_call_at_any_moment_is_one_line_and_the_rerun_completes(source,
             message = str(error)
             assert len(message.splitlines()) == 1 and os.strerror(code) in message, (call, message)
             assert str(tmp_path) in message or str(source) in message, f"{call}: names no file: {message}"
+            promised = "rerun the same command to resume" in message
+            assert not promised or (out / ".corgi-partial").is_dir(), f"{call}: promises a resume: {message}"
             failed.append(call)
             assert pack_with_fault(source, out, options) == (None, None)
         assert all_files(out) == expected, f"the failed {call} (call {fail_at}) left another pack"
@@ -119,6 +121,33 @@ def test_a_failed_finish_closes_the_shard_once(tmp_path):
         shard.abort()
     assert len(closed) == 1, closed
     assert not list(tmp_path.glob(".shard-*")), "the temporary shard stayed"
+
+
+# --- a misused OUTPUT ----------------------------------------------------------------------------
+
+MISUSES = {  # name -> OUTPUT, given SOURCE
+    "an existing file": lambda source: source.parent / "afile",
+    "SOURCE itself": lambda source: source,
+    "a folder inside SOURCE": lambda source: source / "packed",
+    "a new folder deeper inside SOURCE": lambda source: source / "c0" / "new" / "packed",
+    "SOURCE through a symlink": lambda source: source.parent / "link",
+}
+
+
+@pytest.mark.parametrize("misuse", sorted(MISUSES))
+def test_a_misused_output_is_one_line_before_anything_is_written(source, corgi, misuse):
+    (source.parent / "afile").write_text("mine")
+    if not (source.parent / "link").exists():
+        (source.parent / "link").symlink_to(source)
+    out = MISUSES[misuse](source)
+    before = all_files(source.parent)
+    result = corgi("pack", source, out, "--workers", "1")
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith(f"Error: {out}: "), result.output
+    assert "rerun" not in lines[0] and "resume" not in lines[0], lines[0]
+    assert all_files(source.parent) == before, "a file was written or changed"
+    assert out in (source, source.parent / "link") or not out.is_dir(), "OUTPUT was created"
+    assert sorted(p.name for p in source.iterdir()) == ["c0", "c1"], "something was written into SOURCE"
 
 
 # --- a real full disk ---------------------------------------------------------------------------
