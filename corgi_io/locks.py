@@ -1,42 +1,48 @@
 """One writer per folder: the lock file ``.corgi-lock`` that `corgi pack` holds in OUTPUT for its whole run.
 
 Two packs writing one OUTPUT delete each other's files, so the second must stop before it touches
-anything.  The lock file is created with ``O_CREAT | O_EXCL``, which is atomic on local disks, NFS
-(v3 and later) and Lustre alike: of two runs, exactly one creates it.  The holder then takes an
-``flock`` on it and only then writes its details (host, pid, start time) into it, so details that
-can be read always belong to a holder that has its flock.  The holder removes the file when its run
-ends, however it ends, short of a kill.
+anything.  A run makes its lock file whole under a temporary name (details: host, pid, start time;
+an ``flock`` taken; fsync'd) and then links it to ``.corgi-lock``.  link(2) fails when the name
+exists and is atomic on local disks, NFS and Lustre alike, so of two runs exactly one gets the
+lock, and no lock file is ever seen, nor left by a kill, without its details and its flock.  (On a
+file system without hard links the file is created in place with O_EXCL: a run killed within the
+few instructions before its details are written leaves a lock naming no holder, to delete by hand.)
+The holder removes the file when its run ends, however it ends, short of a kill.  Its worker
+processes share the flock, so the lock lasts until the last of them ends.
 
 A run killed with SIGKILL (or a crashed host) leaves the file behind.  A run on the same host tells
-that holder is gone: its flock is free (the kernel drops it with the process), or, where the file
-system has no flock, its pid no longer runs.  It then warns, removes the stale file (still holding
-its flock, so that two runs cleaning up cannot both win) and takes the lock.  A holder on another
-host cannot be checked from here (Lustre's and NFS's flock may be local to each node), so the run
-refuses and says how to clear the lock by hand.  Other limits: a run killed between creating the
-file and writing its details leaves a file naming no holder, which is never removed automatically;
-where there is no flock, a reused pid keeps a stale lock, and a pid in another pid namespace with the
-same host name is taken for gone.
+that its holder is gone: its flock is free (the kernel drops it with the last process of that run),
+or, where the file system has no flock, its pid no longer runs.  It then warns, removes the stale
+file (holding its flock, so that two runs cleaning up cannot both win) and takes the lock.  A holder
+on another host cannot be checked from here (Lustre's and NFS's flock may be local to each node), so
+the run refuses and says how to clear the lock by hand.  Without flock, a reused pid keeps a stale
+lock, and a pid in another pid namespace with the same host name is taken for gone.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import re
+import secrets
 import socket
 import time
 from pathlib import Path
 
+from corgi_io.atomic import temp_name, writer_id
 from corgi_io.errors import PackError
 
 LOCK_NAME = ".corgi-lock"
 ATTEMPTS = 5          # tries at taking the lock while others create or remove lock files
 SETTLE_SECONDS = 0.1  # how long a holder may take to write its details or to remove a stale lock
 MAX_DETAILS = 4096    # bytes of a lock file read
+WORKERS_EXIT_SECONDS = 2.0  # how long the worker processes of a killed holder may take to die with it
+_NO_LINK = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS}  # link(2) on a file system without hard links
 _NO_FLOCK = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}  # EBADF: NFS, read-only
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-_HOST_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,255}")
+_HOST_NAME = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces: a host name fit for a one-line message
 
 
 class FolderLock:
@@ -85,7 +91,33 @@ class FolderLock:
 
 
 def _create(path: Path):
-    """A descriptor of the new lock file `path`, flocked and holding our details; None when `path` exists."""
+    """A descriptor of the new lock file `path`, flocked and holding our details; None when `path` exists (or our
+    temporary file was removed as a killed run's leftover: try again).
+
+    The file is made whole under a temporary name, then linked to `path` (link fails if `path` exists), so that
+    no kill leaves a lock file that names no holder.  Where the file system has no hard links, `path` is
+    created with O_EXCL and written in place.
+    """
+    temp = path.with_name(temp_name(path.name, f"{writer_id()}-{secrets.token_hex(4)}"))
+    fd = _new_lock_file(temp)
+    try:
+        os.link(temp, path)
+        return fd
+    except (FileExistsError, FileNotFoundError):
+        os.close(fd)
+        return None
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in _NO_LINK:
+            raise
+        return _new_lock_file(path)
+    finally:
+        with contextlib.suppress(OSError):  # a temporary file left here is a leftover that the next pack removes
+            os.unlink(temp)
+
+
+def _new_lock_file(path: Path):
+    """Create `path` (O_EXCL), take its flock, write and fsync our details: its descriptor, or None if it exists."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -99,8 +131,9 @@ def _create(path: Path):
         os.fsync(fd)
         return fd
     except BaseException:
-        os.unlink(path)
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         raise
 
 
@@ -159,11 +192,18 @@ def _holder_lives(fd: int, holder: dict) -> bool:
         return True
     if holder["pid"] == os.getpid():
         return True  # this process holds it (no flock test: NFS emulates flock with per-process locks)
-    held = _try_flock(fd)
-    if held is not None:
-        return held
+    held, runs = _try_flock(fd), _runs(holder["pid"])
+    deadline = time.monotonic() + WORKERS_EXIT_SECONDS
+    while held and not runs and time.monotonic() < deadline:  # its worker processes, dying with it, hold the flock
+        time.sleep(0.02)
+        held = _try_flock(fd)
+    return runs if held is None else held
+
+
+def _runs(pid: int) -> bool:
+    """Whether a process `pid` runs on this host (maybe another than the holder, that reused its pid)."""
     try:
-        os.kill(holder["pid"], 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

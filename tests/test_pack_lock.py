@@ -6,6 +6,7 @@ lock, walks, plans and then blocks on its first sample, until the test has run t
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import pytest
 from corgi_io import open_manifest, verify
 from corgi_io.locks import LOCK_NAME, FolderLock
 from corpus_factory import write_text
+from test_pack_crash import alive
 from test_pack_faults import all_files
 
 CLI = "import sys; from corgi_io.cli import main; sys.exit(main())"
@@ -201,3 +203,51 @@ def test_a_lock_nobody_holds_on_this_host_is_removed(source, tmp_path, corgi):
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(f"corgi pack: warning: {out / LOCK_NAME}: removed the lock of a run that is gone")
     assert not (out / LOCK_NAME).exists() and open_manifest(out).num_samples == 16
+
+
+def test_without_hard_links_the_lock_is_made_in_place(source, tmp_path, corgi, monkeypatch):
+    def no_links(*args):
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+    monkeypatch.setattr(os, "link", no_links)
+    out = tmp_path / "out"
+    out.mkdir()
+    with FolderLock(out, print):
+        assert holder_details(out)["pid"] == os.getpid()
+        assert [p.name for p in out.iterdir()] == [LOCK_NAME], "a temporary file stayed"
+        assert "another corgi pack is writing it" in refused(corgi, source, out)
+    assert not any(out.iterdir())
+
+
+HOLDER_WITH_A_WORKER = '''
+import os, sys, time
+from corgi_io.locks import FolderLock
+
+FolderLock(sys.argv[1], print).acquire()
+worker = os.fork()
+if worker == 0:
+    for stream in (1, 2):  # not holding the test's pipes open
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream)
+    time.sleep(120)
+    os._exit(0)
+print(worker, flush=True)
+os._exit(0)  # gone without releasing; its worker shares the flock
+'''
+
+
+@pytest.mark.slow  # starts processes
+def test_the_workers_of_a_dead_holder_keep_the_lock_until_they_end(source, tmp_path, corgi):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.run([sys.executable, "-c", HOLDER_WITH_A_WORKER, str(out)], capture_output=True, text=True,
+                            timeout=60, check=True)
+    worker = int(holder.stdout)
+    try:
+        line = refused(corgi, source, out)
+        assert f"pid {holder_details(out)['pid']}, " in line and "another corgi pack is writing it" in line
+    finally:
+        os.kill(worker, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    result = corgi("pack", source, out, "--workers", "1")
+    assert result.exit_code == 0 and "removed the lock of a run that is gone" in result.stderr, result.output

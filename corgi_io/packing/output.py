@@ -3,11 +3,11 @@
 A pack first checks that OUTPUT can be one (`check_output`), creates it and takes its lock
 (locks.py: ``.corgi-lock``, held for the whole run, so that one run at a time writes OUTPUT; the
 lock file belongs to no state below and is never removed here).  It checks OUTPUT before its walk
-(`open_output`) and against its identity after it (`claim_output`).  It then writes, in order: the partial folder ``.corgi-partial/`` with its plan
-(made under a temporary name and renamed, so it appears whole), the pack-order table inside it
-(under temporary names: every run writes its own), the shards (each under a temporary name,
-renamed when complete, after its resume record), the manifest (head last), and then removes
-the partial folder.  So OUTPUT is always in one of four states:
+(`open_output`) and against its identity after it (`claim_output`).  It then writes, in order: the
+partial folder ``.corgi-partial/`` with its plan (made under a temporary name and renamed, so it
+appears whole), the pack-order table inside it (under temporary names: every run writes its own),
+the shards (each under a temporary name, renamed when complete, after its resume record), the
+manifest (head last), and then removes the partial folder.  So OUTPUT is always in one of four states:
 
 * **finished** - the manifest head exists, the last file a pack writes; a partial folder beside
   it is the leftover of a run killed during its clean-up;
