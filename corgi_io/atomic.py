@@ -37,8 +37,8 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
     """Write a local file so readers see the old file or the whole new one, never a part.
 
     Writes `temp_name(name)` beside it, fsyncs, os.replace()s, fsyncs the
-    directory. On an exception the temp file is removed and `path` is untouched;
-    an OSError that names no file (a failed write or fsync: a full disk) is given `path`.
+    directory. On an exception before the rename the temp file is removed and `path` is untouched;
+    an OSError that names no file (a failed write or fsync, also the directory's: a full disk) is given `path`.
     """
     if mode not in ("wb", "w"):
         raise ArgumentError(f"atomic_output mode must be 'wb' or 'w', not {mode!r}")
@@ -50,17 +50,17 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)  # make the rename itself durable
+        finally:
+            os.close(dfd)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = os.fspath(path)
         raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)  # make the rename itself durable
-    finally:
-        os.close(dfd)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:

@@ -1,11 +1,13 @@
 """The OUTPUT folder of `corgi pack`, in whatever state a run killed at any moment left it.
 
-A pack checks OUTPUT before its walk (`open_output`) and against its identity after it
-(`claim_output`).  It then writes, in order: the partial folder ``.corgi-partial/`` with its plan
-(made under a temporary name and renamed, so it appears whole), the pack-order table inside it
-(under temporary names: every run writes its own), the shards (each under a temporary name,
-renamed when complete, after its resume record), the manifest (head last), and then removes
-the partial folder.  So OUTPUT is always in one of four states:
+A pack first checks that OUTPUT can be one (`check_output`), creates it and takes its lock
+(locks.py: ``.corgi-lock``, held for the whole run, so that one run at a time writes OUTPUT; the
+lock file belongs to no state below and is never removed here).  It checks OUTPUT before its walk
+(`open_output`) and against its identity after it (`claim_output`).  It then writes, in order: the
+partial folder ``.corgi-partial/`` with its plan (made under a temporary name and renamed, so it
+appears whole), the pack-order table inside it (under temporary names: every run writes its own),
+the shards (each under a temporary name, renamed when complete, after its resume record), the
+manifest (head last), and then removes the partial folder.  So OUTPUT is always in one of four states:
 
 * **finished** - the manifest head exists, the last file a pack writes; a partial folder beside
   it is the leftover of a run killed during its clean-up;
@@ -21,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from corgi_io.errors import PackError
+from corgi_io.locks import LOCK_NAME
 from corgi_io.manifest import HEAD_NAME, PACK_METADATA
 from corgi_io.atomic import temp_name, write_atomic
 
@@ -35,12 +38,27 @@ def pack_files(output: Path) -> list:
     return manifest + sorted(output.glob(SHARD_PATTERN))
 
 
+def check_output(source: Path, output: Path) -> None:
+    """Refuse, before anything is written, an OUTPUT that cannot hold a pack: an existing file, the SOURCE
+    folder itself, or a folder inside it (the walk would pack the pack)."""
+    if output.exists() and not output.is_dir():
+        raise PackError(f"{output}: is a file, not a folder; OUTPUT must be a folder (it is created if missing)")
+    if not source.is_dir():
+        return  # a listing names its files anywhere: only their walk could tell
+    source, inside = source.resolve(), output.resolve()
+    if inside == source:
+        raise PackError(f"{output}: is SOURCE itself; choose an OUTPUT outside SOURCE")
+    if source in inside.parents:
+        raise PackError(f"{output}: is inside SOURCE {source}, whose walk would pack the pack; "
+                        "choose an OUTPUT outside SOURCE")
+
+
 def open_output(output: Path, overwrite: bool) -> None:
-    """Before the walk: refuse a foreign OUTPUT (unless `overwrite`), clear what killed runs left, create it."""
+    """Before the walk, OUTPUT created and locked: refuse it if foreign (unless `overwrite`), clear what killed
+    runs left."""
     if not overwrite and _recorded_identity(output) is None and _foreign_entries(output):
         raise PackError(f"{output}: not empty and holds no corgi pack; choose an empty OUTPUT or pass --overwrite")
     _remove(_leftovers(output, (output / HEAD_NAME).exists()))
-    output.mkdir(parents=True, exist_ok=True)
 
 
 def claim_output(output: Path, identity: dict, overwrite: bool) -> bool:
@@ -97,10 +115,10 @@ def _recorded_identity(output: Path):
 
 
 def _foreign_entries(output: Path) -> list:
-    """What OUTPUT holds besides the leftovers of killed runs (OUTPUT holding no manifest and no plan)."""
+    """What OUTPUT holds besides the leftovers of killed runs and the lock (OUTPUT holding no manifest and no plan)."""
     if not output.exists():
         return []
-    leftovers = set(_leftovers(output, finished=False))
+    leftovers = set(_leftovers(output, finished=False)) | {output / LOCK_NAME}
     return [path for path in output.iterdir() if path not in leftovers]
 
 

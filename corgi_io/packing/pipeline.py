@@ -1,5 +1,7 @@
 """`pack()`: walk -> plan -> execute -> manifest, with one progress line and resume after any kill.
 
+0. OUTPUT is checked (not a file, not in SOURCE), created and locked for the whole run (locks.py),
+   so that a second run into it stops before it touches anything.
 1. The walk streams SOURCE into compact columns (corpus.py), names spooled to an unnamed file.
 2. The plan (plan.py, pure) orders the files and cuts blocks and shards; shards finished by an
    earlier run (their records in ``OUTPUT/.corgi-partial/``) are taken out of it.
@@ -15,6 +17,7 @@ object per file), whatever the corpus, and the shards do not depend on the execu
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -26,13 +29,14 @@ from corgi_io.atomic import temp_name
 from corgi_io.checksum import DEFAULT_CHECKSUM
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
+from corgi_io.locks import FolderLock
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
-from corgi_io.packing.corpus import check_source, discover
+from corgi_io.packing.corpus import check_source, discover, warn
 from corgi_io.packing.encode import ShardTask, write_shard
 from corgi_io.packing.executors import open_executor
-from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
+from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress import PackProgress
 from corgi_io.packing.records import load_finished, record_path
@@ -59,7 +63,8 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
         load_size_fn(options.size_fn)  # fail before any work, not in every task
     output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
     try:
-        with PackProgress(progress) as display, open_executor(workers, client) as executor:
+        with _locked_output(Path(source), output), PackProgress(progress) as display, \
+                open_executor(workers, client) as executor:  # the lock outlives the workers
             _pack(Path(source), output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
     except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
         if exc.filename is None:
@@ -87,14 +92,37 @@ class Staged:
 
 def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
           overwrite: bool) -> None:
-    check_source(source)
-    open_output(output, overwrite)
-    staged = _walk_and_plan(source, output, options, fmt, display, strict=strict, overwrite=overwrite)
+    """The pack in a checked, created and locked OUTPUT.  An OSError before the shards are written is reported
+    as it is; from then on `pack` adds that finished shards are kept, and a rerun resumes."""
+    with _before_shards(output):
+        open_output(output, overwrite)
+        staged = _walk_and_plan(source, output, options, fmt, display, strict=strict, overwrite=overwrite)
     if staged is None:
         return  # OUTPUT already holds this pack, finished
     records = _write_shards(executor, staged, options, strict, display)
     _write_manifest(staged, records, display)
     finish_output(output)
+
+
+@contextlib.contextmanager
+def _locked_output(source: Path, output: Path):
+    """Check SOURCE and OUTPUT, create OUTPUT and hold its lock for the body; nothing is written before the lock."""
+    with _before_shards(output):
+        check_source(source)
+        check_output(source, output)
+        output.mkdir(parents=True, exist_ok=True)
+    with FolderLock(output, warn):
+        yield
+
+
+@contextlib.contextmanager
+def _before_shards(output: Path):
+    """An OSError as a one-line PackError that names its file (else OUTPUT, where the walk spools its columns) and
+    promises nothing: no shard was being written."""
+    try:
+        yield
+    except OSError as exc:
+        raise PackError(f"{exc.filename or output}: {exc.strerror or exc}") from exc
 
 
 def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, display, *, strict: bool,

@@ -80,14 +80,21 @@ class ShardFile:
         self._threads.shutdown(wait=True)
         self._wait(self._flushing)
         os.fsync(self.fd)
-        os.close(self.fd)
+        self._close()
         self.fmt.write_sidecars(self.path, columns["offset"], columns["length"])
         save_record(record_path, done, columns)
         os.replace(self.temp_path, self.path)
         return done
 
     def abort(self) -> None:
-        """Drop the temporary file of an unfinished shard."""
+        """Drop the temporary file of an unfinished shard (`finish` may have closed it already, or failed after)."""
         self._threads.shutdown(wait=True, cancel_futures=True)
-        os.close(self.fd)
+        self._close()
         self.temp_path.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        """Close the descriptor exactly once: `fd` is None from the moment it is closed (or the close failed),
+        so that `abort` after `finish` never closes it twice, nor a descriptor another thread opened since."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
