@@ -39,7 +39,8 @@ from corgi_io.errors import ManifestError
 from corgi_io.manifest_tables import Columns, ShardTable
 from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
-__all__ = ["FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest", "save_manifest"]
+__all__ = ["DEFAULT_MAX_PIXELS", "FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest",
+           "save_manifest"]
 
 MANIFEST_VERSION = 2
 HEAD_NAME = "manifest.json"
@@ -68,6 +69,8 @@ BLOCK_COLUMNS = {
     "size_sum": np.int64,
 }
 KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS, its decompression-bomb limit: the most pixels
+                                 # an image may have in `corgi pack` and in the loader's image decoders
 ROWS_AT_ONCE = 1 << 20  # rows validated in one vectorised step: bounds the temporaries of a full validation
 
 

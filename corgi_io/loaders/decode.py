@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .video import VideoDecoder
+from corgi_io.manifest import DEFAULT_MAX_PIXELS  # Pillow's decompression-bomb limit, also pack's
 
-DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS  # Pillow's decompression-bomb limit: 89,478,485 pixels
+from .video import VideoDecoder
 
 
 def _pil(data: bytes, sample: dict, max_pixels: int | None = DEFAULT_MAX_PIXELS):

@@ -166,16 +166,31 @@ def load_size_fn(spec: str):
     return function
 
 
-def probe_size(kind: str, path: str, data: bytes, size_fn=None) -> int:
-    """The size of one sample of `kind`; `size_fn`, when given, replaces the built-in probe."""
-    if size_fn is not None:
-        try:
-            size = size_fn(path)
-        except Exception as exc:  # a user function may raise anything; the file is then skipped
-            raise BadInput(f"size function failed: {type(exc).__name__}: {exc}") from None
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise BadInput(f"size function returned {size!r}, expected a non-negative int")
-        return size
+def probe_size(kind: str, path: str, data: bytes, size_fn=None, max_pixels: int | None = None) -> int:
+    """The size of one sample of `kind`; `size_fn`, when given, replaces the built-in probe.
+
+    An image of more than `max_pixels` pixels (a decompression bomb, or just too large to decode)
+    raises BadInput; its header is read for that even when `size_fn` gives the size.
+    """
+    size = _custom_size(size_fn, path) if size_fn is not None else _built_in_size(kind, path, data)
+    if kind == "image" and max_pixels is not None:
+        pixels = size if size_fn is None else image_pixels(data)
+        if pixels > max_pixels:
+            raise BadInput(f"image of {pixels:,} pixels, above the limit of {max_pixels:,} (--max-pixels)")
+    return size
+
+
+def _custom_size(size_fn, path: str) -> int:
+    try:
+        size = size_fn(path)
+    except Exception as exc:  # a user function may raise anything; the file is then skipped
+        raise BadInput(f"size function failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise BadInput(f"size function returned {size!r}, expected a non-negative int")
+    return size
+
+
+def _built_in_size(kind: str, path: str, data: bytes) -> int:
     if not data and kind != "text":
         raise BadInput(f"empty {kind} file (0 bytes)")
     if kind == "image":
