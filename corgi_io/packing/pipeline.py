@@ -171,4 +171,4 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
                                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
     head["extensions"], head["checksum"] = list(staged.extensions) or [""], DEFAULT_CHECKSUM
     head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
-    save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys())
+    save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys)
