@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import struct
+import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple
 
@@ -102,6 +104,20 @@ def write_truncated_jpeg(path: str | Path) -> None:
     data = buf.getvalue()
     scan = data.index(b"\xff\xda")  # start-of-scan marker: everything after is pixel data
     _mkparent(path).write_bytes(data[: scan + (len(data) - scan) // 2])
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A valid-looking RGB PNG whose header claims width x height, with a few bytes of pixel data.
+
+    Pillow reads the size from the header alone, which is what a bomb exploits: decoding it
+    would allocate width * height * 3 bytes.
+    """
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+            + chunk(b"IEND", b""))
 
 
 def write_garbage_video(path: str | Path) -> None:

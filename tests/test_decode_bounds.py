@@ -3,8 +3,6 @@ and every decode failure is a one-line CorruptDataError with the key and the sha
 from __future__ import annotations
 
 import resource
-import struct
-import zlib
 
 import pytest
 from PIL import Image
@@ -12,26 +10,13 @@ from PIL import Image
 from corgi_io import CorruptDataError
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io import PackOptions, pack
-
-
-def png_claiming(width: int, height: int) -> bytes:
-    """A valid-looking RGB PNG whose header claims width x height, with a few bytes of pixel data.
-
-    Pillow reads the size from the header alone, which is what a bomb exploits: decoding it
-    would allocate width * height * 3 bytes.
-    """
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-            + chunk(b"IEND", b""))
+from corpus_factory import png_claiming
 
 
 @pytest.fixture(scope="module")
 def bombs(tmp_path_factory):
     """{key: pack root} of one-sample packs: a small real PNG, a 30000x30000 and a 10000x10000
-    header-only PNG, and a text file."""
+    header-only PNG, and a text file; packed without a pixel limit, which would skip the bombs."""
     files = {"small.png": None, "huge.png": png_claiming(30000, 30000), "big.png": png_claiming(10000, 10000),
              "note.txt": b"not an image at all"}
     roots = {}
@@ -43,7 +28,7 @@ def bombs(tmp_path_factory):
         else:
             (source / name).write_bytes(data)
         roots["img/" + name.split(".")[0]] = tmp_path_factory.mktemp("bomb-pack") / "pack"
-        pack(source.parent, roots["img/" + name.split(".")[0]], PackOptions(), progress=False)
+        pack(source.parent, roots["img/" + name.split(".")[0]], PackOptions(max_pixels=None), progress=False)
     return roots
 
 

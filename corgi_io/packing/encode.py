@@ -71,7 +71,7 @@ def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
                 break
             want = 1 << 20
         if total > most:
-            raise BadInput(too_large_reason(total, most))
+            raise BadInput(f"grew past the limit of {most:,} bytes while it was read (--max-sample-bytes)")
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
