@@ -36,11 +36,13 @@ class PackOptions:
     max_sample_bytes: int = DEFAULT_MAX_SAMPLE_BYTES   # a larger file is skipped, unread
 
     def __post_init__(self):
-        """The input limits must be positive whole numbers (max_pixels may be None: no limit)."""
-        for name, value, optional in (("max_pixels", self.max_pixels, True),
-                                      ("max_sample_bytes", self.max_sample_bytes, False)):
-            if not (value is None and optional) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise PackError(f"{name} must be a positive int{' or None' if optional else ''}, not {value!r}")
+        """Refuse input limits that are not positive ints (max_pixels may be None: no limit) before any work."""
+        limits = {"max_sample_bytes": self.max_sample_bytes}
+        if self.max_pixels is not None:
+            limits["max_pixels"] = self.max_pixels
+        for name, value in limits.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PackError(f"{name} must be a positive int, not {value!r}")
 
 
 @dataclass(frozen=True, eq=False)
