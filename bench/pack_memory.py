@@ -3,9 +3,8 @@
 Each pack runs in a fresh interpreter (`--workers 2` by default, so the driver only walks, plans,
 hands out shard tasks and writes the manifest).  Two peaks of the driver alone (workers excluded):
 
-* peak RSS - ru_maxrss, everything resident, including file pages the driver maps; `pack()` ends by
-  opening the manifest it wrote (`open_manifest` maps and validates every column), which maps the
-  whole manifest, about 85 B per sample of page cache;
+* peak RSS - ru_maxrss, everything resident, including file pages the driver maps (its libraries,
+  about 21 MiB whatever the corpus; reopening the manifest at the end of `pack()` adds 0.2 MiB);
 * peak anonymous RSS - RssAnon, sampled every 10 ms: the driver's own memory (columns, plan, tasks).
 
 The baseline is the smallest corpus, measured in the same run: the growth per file is

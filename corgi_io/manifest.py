@@ -39,7 +39,8 @@ from corgi_io.errors import ManifestError
 from corgi_io.manifest_tables import Columns, ShardTable
 from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
-__all__ = ["FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest", "save_manifest"]
+__all__ = ["DEFAULT_MAX_PIXELS", "FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest",
+           "save_manifest"]
 
 MANIFEST_VERSION = 2
 HEAD_NAME = "manifest.json"
@@ -68,6 +69,8 @@ BLOCK_COLUMNS = {
     "size_sum": np.int64,
 }
 KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS, its decompression-bomb limit: the most pixels
+                                 # an image may have in `corgi pack` and in the loader's image decoders
 ROWS_AT_ONCE = 1 << 20  # rows validated in one vectorised step: bounds the temporaries of a full validation
 
 
@@ -183,12 +186,18 @@ def _declared_rows(counts: dict) -> dict:
 
 
 def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
-    """Write every column then the head, each atomically (temporary name, then rename)."""
-    key_blob, key_offsets = encode_keys(keys)
-    arrays = {**{f"sample_{n}": samples[n] for n in SAMPLE_COLUMNS}, **{f"block_{n}": blocks[n] for n in BLOCK_COLUMNS},
-              "key_blob": key_blob, "key_offsets": key_offsets}
-    for name in column_schema():
-        save_column(root, name, arrays[name])
+    """Write every column then the head, each atomically (temporary name, then rename).
+
+    `keys` (str keys, or the (blob, offsets) pair) may be a function that returns them: it is called
+    once the other columns are written, so that a pack's driver never holds the keys and a column at once.
+    """
+    for name in SAMPLE_COLUMNS:
+        save_column(root, f"sample_{name}", samples[name])
+    for name in BLOCK_COLUMNS:
+        save_column(root, f"block_{name}", blocks[name])
+    key_blob, key_offsets = encode_keys(keys() if callable(keys) else keys)
+    save_column(root, "key_blob", key_blob)
+    save_column(root, "key_offsets", key_offsets)
     save_head(root, head, {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)})
 
 

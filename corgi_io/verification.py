@@ -6,6 +6,8 @@ record's checksum (the manifest's function: CRC32C, or zlib CRC32 in version-1 p
 recomputed; a block whose records are all intact is then parsed with the format's own
 parser (tar headers, or TFRecord CRC32C framing) and compared field by field with the
 manifest.  A TFRecord shard's ``.index`` sidecar must list the manifest's offsets and lengths.
+With `max_pixels`, each image sample whose recorded size (w*h, from its header at pack time) is
+above it is a problem too: packs made before `corgi pack --max-pixels`, or with a higher limit.
 
 Damage is reported, never raised, and the check goes on with the next block and shard:
 each sample whose bytes changed, each block whose framing disagrees, each shard of the
@@ -24,7 +26,7 @@ from tqdm import tqdm
 from corgi_io.checksum import mismatched_records
 from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
-from corgi_io.manifest import open_manifest
+from corgi_io.manifest import KINDS, open_manifest
 from corgi_io.packing.worker_pool import worker_pool
 from corgi_io.storage import open_storage
 
@@ -73,16 +75,17 @@ class VerifyReport:
 
 
 def verify(dataset, progress: bool | None = None, max_errors: int = 20, jobs: int = 1,
-           storage_options: dict | None = None) -> VerifyReport:
+           storage_options: dict | None = None, max_pixels: int | None = None) -> VerifyReport:
     """Check every shard of `dataset` against its manifest; returns a VerifyReport (never raises for damage).
 
     `jobs` > 1 checks shards in that many processes; the report is the same as with one.
+    `max_pixels`: also report each image sample recorded with more pixels (None: sizes are not checked).
     A malformed manifest raises ManifestError.  `progress`: a tqdm bar (None: when on a terminal).
     """
     m = open_manifest(dataset, storage_options)
     m.validate_rows()  # every per-sample row: opening a pack checks only its block and shard tables
     report = VerifyReport(max_errors=max_errors)
-    with _shard_reports(m, jobs, max_errors, storage_options) as reports, \
+    with _shard_reports(m, jobs, max_errors, storage_options, max_pixels) as reports, \
             tqdm(total=sum(sh.bytes for sh in m.shards), unit="B", unit_scale=True, desc="verify",
                  disable=None if progress is None else not progress) as bar:
         for shard, shard_report in zip(m.shards, reports):
@@ -92,16 +95,16 @@ def verify(dataset, progress: bool | None = None, max_errors: int = 20, jobs: in
 
 
 @contextlib.contextmanager
-def _shard_reports(m, jobs: int, max_errors: int, storage_options):
+def _shard_reports(m, jobs: int, max_errors: int, storage_options, max_pixels):
     """An iterator over each shard's VerifyReport in shard order, computed here or in `jobs` processes."""
     if jobs <= 1 or len(m.shards) <= 1:
-        checker = _ShardChecker(m, max_errors, storage_options)
+        checker = _ShardChecker(m, max_errors, storage_options, max_pixels)
         try:
             yield map(checker.check, range(len(m.shards)))
         finally:
             checker.storage.close()
         return
-    pool = worker_pool(min(jobs, len(m.shards)), _start_worker, (m.root, max_errors, storage_options))
+    pool = worker_pool(min(jobs, len(m.shards)), _start_worker, (m.root, max_errors, storage_options, max_pixels))
     try:
         yield pool.map(_check_in_worker, range(len(m.shards)))
     finally:
@@ -111,9 +114,9 @@ def _shard_reports(m, jobs: int, max_errors: int, storage_options):
 _worker_checker = None  # the _ShardChecker of a worker process
 
 
-def _start_worker(root: str, max_errors: int, storage_options) -> None:
+def _start_worker(root: str, max_errors: int, storage_options, max_pixels) -> None:
     global _worker_checker
-    _worker_checker = _ShardChecker(open_manifest(root, storage_options), max_errors, storage_options)
+    _worker_checker = _ShardChecker(open_manifest(root, storage_options), max_errors, storage_options, max_pixels)
 
 
 def _check_in_worker(shard_index: int) -> VerifyReport:
@@ -123,8 +126,8 @@ def _check_in_worker(shard_index: int) -> VerifyReport:
 class _ShardChecker:
     """Checks one shard at a time against an opened manifest, through one Storage."""
 
-    def __init__(self, m, max_errors: int = 20, storage_options: dict | None = None):
-        self.m, self.fmt, self.max_errors = m, get_format(m.format), max_errors
+    def __init__(self, m, max_errors: int = 20, storage_options: dict | None = None, max_pixels: int | None = None):
+        self.m, self.fmt, self.max_errors, self.max_pixels = m, get_format(m.format), max_errors, max_pixels
         self.storage = open_storage(m.root, **(storage_options or {}))
         # blocks lie in shard order (the manifest checks it): shard k's blocks are [bounds[k], bounds[k + 1])
         self.block_bounds = np.searchsorted(m.blocks.shard, np.arange(len(m.shards) + 1)).tolist()
@@ -137,15 +140,16 @@ class _ShardChecker:
         rows = slice(self.block_bounds[k], self.block_bounds[k + 1])
         for first, count, offset, length in zip(b.first[rows].tolist(), b.count[rows].tolist(),
                                                 b.offset[rows].tolist(), b.length[rows].tolist()):
-            if offset + length > readable:
-                continue  # past the end of a truncated or missing shard: that is already one problem
-            try:
-                data = self.storage.read_range(shard.path, offset, length)
-            except OSError as exc:
-                report.add(Problem(shard.path, offset, f"cannot read block: {exc}"))
-                continue
-            report.samples_checked += count
-            report.add(*self._check_block(shard.path, data, first, count, offset))
+            problems = self._oversized_images(shard.path, first, count)
+            if offset + length <= readable:  # past the end of a truncated or missing shard: that is already one problem
+                try:
+                    data = self.storage.read_range(shard.path, offset, length)
+                except OSError as exc:
+                    problems.append(Problem(shard.path, offset, f"cannot read block: {exc}"))
+                else:
+                    report.samples_checked += count
+                    problems += self._check_block(shard.path, data, first, count, offset)
+            report.add(*sorted(problems, key=lambda problem: problem.offset))
         if getattr(self.fmt, "INDEX_SUFFIX", None):
             report.add(*self._check_index(shard))
         return report
@@ -177,6 +181,19 @@ class _ShardChecker:
                 if not intact:
                     report.add(Problem(shard.path, where, "end-of-archive marker is damaged"))
         return min(actual, shard.bytes)
+
+    def _oversized_images(self, path: str, first: int, count: int) -> list:
+        """A problem per image sample of rows [first, first + count) recorded with more than `max_pixels` pixels."""
+        if self.max_pixels is None:
+            return []
+        s, rows = self.m.samples, slice(first, first + count)
+        sizes = s.size[rows]
+        problems = []
+        for i in np.flatnonzero((s.kind[rows] == KINDS.index("image")) & (sizes > self.max_pixels)).tolist():
+            key = self.m.key(first + i)
+            problems.append(Problem(path, int(s.offset[first + i]), f"sample {key!r}: image of {int(sizes[i]):,} "
+                                    f"pixels, above the limit of {self.max_pixels:,} (--max-pixels)", key))
+        return problems
 
     def _check_block(self, path: str, data: bytes, first: int, count: int, base: int) -> list:
         """Each record of one block whose checksum differs; if none, the block's framing disagreements."""

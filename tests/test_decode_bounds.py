@@ -17,7 +17,7 @@ from corpus_factory import png_claiming
 @pytest.fixture(scope="module")
 def bombs(tmp_path_factory):
     """{key: pack root} of one-sample packs: a small real PNG, a 30000x30000 and a 10000x10000
-    header-only PNG, and a text file."""
+    header-only PNG, and a text file; packed without a pixel limit, which would skip the bombs."""
     files = {"small.png": None, "huge.png": png_claiming(30000, 30000), "big.png": png_claiming(10000, 10000),
              "note.txt": b"not an image at all"}
     roots = {}
@@ -29,7 +29,7 @@ def bombs(tmp_path_factory):
         else:
             (source / name).write_bytes(data)
         roots["img/" + name.split(".")[0]] = tmp_path_factory.mktemp("bomb-pack") / "pack"
-        pack(source.parent, roots["img/" + name.split(".")[0]], PackOptions(), progress=False)
+        pack(source.parent, roots["img/" + name.split(".")[0]], PackOptions(max_pixels=None), progress=False)
     return roots
 
 

@@ -10,8 +10,9 @@ import click
 from click.core import ParameterSource
 
 from corgi_io.cli.errors import one_line_errors
-from corgi_io.manifest import FORMATS, KINDS
+from corgi_io.manifest import DEFAULT_MAX_PIXELS, FORMATS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
+from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.stats import counted
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -53,7 +54,8 @@ def check_dask_address(ctx, param, value):
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="wds", show_default=True)
 @click.option("--kind", type=click.Choice(("auto", *KINDS)), default="auto", show_default=True,
-              help="Force every file to one kind instead of detecting it by extension.")
+              help="Treat every file as this kind, whatever its extension (unknown ones too): its size is probed as "
+                   "this kind, and a file the probe rejects is skipped (OpenCV opens images, so video keeps them).")
 @click.option("--labels", "labels_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file of class names, one per line, that fixes the label ids.")
 @click.option("--block-samples", type=click.IntRange(min=1), default=layout.DEFAULT_BLOCK_SAMPLES, show_default=True,
@@ -72,13 +74,19 @@ def check_dask_address(ctx, param, value):
                    "(tcp://host:8786) or local[:N] (a LocalCluster of N worker processes). OUTPUT must be on a "
                    "file system every worker shares. Not with --workers. Needs corgi-io[dask].")
 @click.option("--size-fn", help="MODULE:FUNCTION called as function(path) -> int, replacing the built-in size.")
+@click.option("--max-pixels", type=click.IntRange(min=0), default=DEFAULT_MAX_PIXELS, show_default=True,
+              help="Skip an image whose header gives more pixels than this (a decompression bomb); the loader's "
+                   "default limit. 0: no limit.")
+@click.option("--max-sample-bytes", type=ByteSize(), default=DEFAULT_MAX_SAMPLE_BYTES, show_default="2GiB",
+              help="Skip a file larger than this, without reading it.")
 @click.option("--strict", is_flag=True,
               help="Fail on the first input that cannot be packed (missing, unreadable, not a regular file, corrupt, "
-                   "or a listing row whose key breaks the key rule) instead of skipping it.")
+                   "above --max-pixels or --max-sample-bytes, or a listing row whose key breaks the key rule) "
+                   "instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 @click.pass_context
 def pack_command(ctx, source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
-                 workers, dask_address, size_fn, strict, overwrite):
+                 workers, dask_address, size_fn, max_pixels, max_sample_bytes, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
     if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
         raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
@@ -86,9 +94,10 @@ def pack_command(ctx, source, output, fmt, kind, labels_file, block_samples, blo
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
-    options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
-                          block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn, label_index=label_index)
     with one_line_errors(), _dask_client(dask_address) as client:
+        options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
+                              block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn,
+                              label_index=label_index, max_pixels=max_pixels or None, max_sample_bytes=max_sample_bytes)
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "

@@ -17,14 +17,17 @@ from corgi_io.cli.storage_options import with_storage_options
               help="List at most this many problems (all are counted).")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Check this many shards at once, in separate processes.")
+@click.option("--max-pixels", type=click.IntRange(min=1), metavar="N",
+              help="Also report each image sample recorded with more than N pixels (w*h from its header at pack time).")
 @with_storage_options
-def verify_command(dataset, as_json, max_errors, jobs, storage_options):
+def verify_command(dataset, as_json, max_errors, jobs, max_pixels, storage_options):
     """Re-read every shard of DATASET and check sizes, checksums, framing and index sidecars."""
     from corgi_io.stats import counted
     from corgi_io.verification import verify
 
     with one_line_errors():
-        report = verify(dataset, max_errors=max_errors, jobs=jobs, storage_options=storage_options)
+        report = verify(dataset, max_errors=max_errors, jobs=jobs, max_pixels=max_pixels,
+                        storage_options=storage_options)
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     elif report.ok:

@@ -25,10 +25,10 @@ from PIL import Image
 
 from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError, DecodeError
+from corgi_io.manifest import DEFAULT_MAX_PIXELS  # Pillow's decompression-bomb limit, also pack's
 
 from .video import VideoDecoder
 
-DEFAULT_MAX_PIXELS = Image.MAX_IMAGE_PIXELS  # Pillow's decompression-bomb limit: 89,478,485 pixels
 NAMES = ["auto", "pil", "rgb", "text", "video"]
 
 

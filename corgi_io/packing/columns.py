@@ -3,8 +3,8 @@
 A written sample is known by its position (its row in the pack-order table): its label, kind,
 extension, byte count and key come from the table, its offsets, size and checksum from its
 shard's record.  Each per-sample column is a `LazyColumn`, built when `save_manifest` writes it
-and dropped right after, so the driver holds the written positions, the keys and one column at a
-time, however large the pack.
+and dropped right after, and the keys are gathered last, so the driver holds the written positions
+and either one column or the keys, however large the pack.
 """
 from __future__ import annotations
 

@@ -90,10 +90,12 @@ class Corpus:
 
 
 def discover(source, kind: str = "auto", label_index=None, strict: bool = False, *, spool_dir=None,
-             progress=None) -> Corpus:
+             progress=None, max_sample_bytes: int | None = None) -> Corpus:
     """Walk SOURCE (folder or listing file) into a Corpus, a chunk at a time.
 
-    `kind` forces every file to one kind instead of detecting it by extension.
+    `kind` other than "auto" treats every file as that kind, whatever its extension: none is skipped
+    here for its extension, and each is later probed as that kind (a file the probe rejects is skipped then).
+    A file larger than `max_sample_bytes` is skipped as a problem, before anything reads it.
     `label_index`, a list of class names, fixes the label ids; files of other classes are skipped.
     Skipped inputs are warned on stderr and recorded in `Corpus.skipped`; with `strict`, an input
     that should have been packed but cannot be (see the module docstring) raises CorpusError.
@@ -101,7 +103,7 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
     """
     source = Path(source)
     is_folder = check_source(source)
-    builder = _Builder(source, kind, label_index, strict, spool_dir)
+    builder = _Builder(source, kind, label_index, strict, spool_dir, max_sample_bytes)
     if is_folder:
         base, entries = os.path.abspath(source), walk_folder(os.path.abspath(source), builder.skip)
     else:
@@ -140,11 +142,16 @@ def not_regular_reason(mode: int) -> str:
     return f"not a regular file ({what})"
 
 
+def too_large_reason(nbytes: int, most: int) -> str:
+    """Why a file of `nbytes` bytes is not packed when samples may have at most `most`."""
+    return f"{nbytes:,} bytes, above the limit of {most:,} (--max-sample-bytes)"
+
+
 class _Builder:
     """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
 
-    def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir):
-        self.source, self.kind, self.strict = source, kind, strict
+    def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir, max_sample_bytes):
+        self.source, self.kind, self.strict, self.max_sample_bytes = source, kind, strict, max_sample_bytes
         self.strings = SpooledStrings(spool_dir)
         self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
         self.fixed_labels = label_index is not None
@@ -187,6 +194,8 @@ class _Builder:
             return self.skip(name, f"not a usable path ({exc})", line=entry.line, problem=True)
         if not stat.S_ISREG(info.st_mode):
             return self.skip(name, not_regular_reason(info.st_mode), line=entry.line, problem=True)
+        if self.max_sample_bytes is not None and info.st_size > self.max_sample_bytes:
+            return self.skip(name, too_large_reason(info.st_size, self.max_sample_bytes), line=entry.line, problem=True)
         label = self._label_id(entry.label, name, entry.line)
         if label is None:
             return None

@@ -18,7 +18,8 @@ from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
 from corgi_io.manifest import KINDS
 from corgi_io.packing import executors
-from corgi_io.packing.corpus import not_regular_reason
+from corgi_io.packing.corpus import not_regular_reason, too_large_reason
+from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
 from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sizing import load_size_fn, probe_size
@@ -43,26 +44,34 @@ class ShardTask:
     format: str
     size_fn: str | None
     strict: bool
+    max_pixels: int | None   # PackOptions' input limits
+    max_sample_bytes: int
 
 
-def read_regular_file(path: str) -> bytes:
-    """The bytes of the regular file at `path`; anything else raises BadInput without being read.
+def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
+    """The bytes of the regular file at `path`, at most `most`; anything else raises BadInput without being read.
 
-    The walk already kept only regular files, but the path may have been swapped since: opened
-    with O_NONBLOCK, a FIFO without a writer cannot block the open, and fstat on the open
-    descriptor decides, so nothing but a regular file is ever read (O_NONBLOCK does not affect those).
+    The walk already kept only regular files of at most `most` bytes, but the path may have been
+    swapped or grown since: opened with O_NONBLOCK, a FIFO without a writer cannot block the open,
+    and fstat on the open descriptor decides, so nothing but a regular file is ever read (O_NONBLOCK
+    does not affect those); a file that grows past `most` while it is read is given up 1 MiB later.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise BadInput(not_regular_reason(info.st_mode))
-        chunks, want = [], info.st_size + 1  # all of it in one read, unless it grew since fstat
-        while chunk := os.read(fd, want):
+        if info.st_size > most:
+            raise BadInput(too_large_reason(info.st_size, most))
+        chunks, total, want = [], 0, info.st_size + 1  # all of it in one read, unless it grew since fstat
+        while total <= most and (chunk := os.read(fd, want)):
             chunks.append(chunk)
+            total += len(chunk)
             if len(chunk) < min(want, MAX_READ):  # a short read of a regular file is its end
                 break
             want = 1 << 20
+        if total > most:
+            raise BadInput(f"grew past the limit of {most:,} bytes while it was read (--max-sample-bytes)")
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
@@ -140,8 +149,8 @@ class _BlockEncoder:
     def _read(self, path: str, kind: str, name: str) -> tuple:
         """(file bytes, size), or (None, None) for a file that is skipped."""
         try:
-            payload = read_regular_file(path)
-            return payload, probe_size(kind, path, payload, self.size_fn)
+            payload = read_regular_file(path, self.task.max_sample_bytes)
+            return payload, probe_size(kind, path, payload, self.size_fn, self.task.max_pixels)
         except BadInput as exc:
             reason = str(exc)
         except OSError as exc:

@@ -129,7 +129,8 @@ def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, displa
                    overwrite: bool):
     """Walk SOURCE, claim OUTPUT, plan, write the table; None when OUTPUT already holds this very pack."""
     display.phase("walk", "file")
-    corpus = discover(source, options.kind, options.label_index, strict, spool_dir=output, progress=display.advance)
+    corpus = discover(source, options.kind, options.label_index, strict, spool_dir=output, progress=display.advance,
+                      max_sample_bytes=options.max_sample_bytes)
     try:
         identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
                                               manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
@@ -176,7 +177,7 @@ def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, 
     tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
-                       strict) for shard in plan.todo)
+                       strict, options.max_pixels, options.max_sample_bytes) for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)
     for done in executor.run(write_shard, tasks, display.advance):
@@ -198,4 +199,4 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
                                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
     head["extensions"], head["checksum"] = list(staged.extensions) or [""], DEFAULT_CHECKSUM
     head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
-    save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys())
+    save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys)

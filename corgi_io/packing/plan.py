@@ -11,9 +11,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from corgi_io.errors import PackError
+from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 
 ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
+DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,17 @@ class PackOptions:
     shard_bytes: int = layout.DEFAULT_SHARD_BYTES
     size_fn: str | None = None
     label_index: tuple | None = None
+    max_pixels: int | None = DEFAULT_MAX_PIXELS        # an image with more pixels is skipped (None: no limit)
+    max_sample_bytes: int = DEFAULT_MAX_SAMPLE_BYTES   # a larger file is skipped, unread
+
+    def __post_init__(self):
+        """Refuse input limits that are not positive ints (max_pixels may be None: no limit) before any work."""
+        limits = {"max_sample_bytes": self.max_sample_bytes}
+        if self.max_pixels is not None:
+            limits["max_pixels"] = self.max_pixels
+        for name, value in limits.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PackError(f"{name} must be a positive int, not {value!r}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,7 +3,7 @@
 * image - pixels (w*h) read from the header, without decoding the pixels: JPEG and PNG headers
   directly (the start-of-frame segment, the IHDR chunk), every other format by Pillow;
 * video - frames, from OpenCV's CAP_PROP_FRAME_COUNT, or counted when the container lies;
-* text  - whitespace tokens of the UTF-8 text;
+* text  - whitespace tokens of the UTF-8 text, counted a chunk at a time (bounded memory);
 * any   - a user function ``module:function`` called as ``function(path) -> int``.
 
 Each probe also rejects inputs that are corrupt in a way that is cheap to see (a JPEG
@@ -13,6 +13,8 @@ than the whole pack.
 """
 from __future__ import annotations
 
+import codecs
+import functools
 import importlib
 import io
 
@@ -21,6 +23,8 @@ from PIL import Image, UnidentifiedImageError
 from corgi_io.errors import BadInput, PackError
 
 MAX_PLAUSIBLE_FRAMES = 10_000_000
+TEXT_CHUNK = 1 << 20  # bytes of text decoded and counted at a time
+MAX_WHITESPACE = 0x3000  # the highest code point that str.split() treats as whitespace (IDEOGRAPHIC SPACE)
 JPEG_MAGIC = b"\xff\xd8"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PNG_IEND = b"\0\0\0\0IEND\xaeB`\x82"  # the whole IEND chunk: length 0, type, CRC
@@ -106,12 +110,46 @@ def video_frames(path: str) -> int:
         capture.release()
 
 
-def text_tokens(data: bytes) -> int:
-    """Whitespace-separated tokens of UTF-8 text."""
-    try:
-        return len(data.decode("utf-8").split())
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"not UTF-8 text (byte {exc.start})") from None
+def text_tokens(data: bytes, chunk_bytes: int = TEXT_CHUNK) -> int:
+    """Whitespace-separated tokens of UTF-8 text, exactly ``len(data.decode("utf-8").split())``.
+
+    Decoded `chunk_bytes` at a time (incrementally, so a character may straddle two chunks) and
+    counted as token starts, so a 200 MB text needs a few MiB beside its bytes, not a list of
+    every word (15x the file); text that is not UTF-8 raises BadInput naming the first bad byte.
+    """
+    decoder, tokens, after_space = codecs.getincrementaldecoder("utf-8")(), 0, True
+    view = memoryview(data)
+    for start in range(0, max(len(data), 1), chunk_bytes):
+        pending = len(decoder.getstate()[0])  # bytes of a character begun in the previous chunk
+        try:
+            text = decoder.decode(view[start:start + chunk_bytes], final=start + chunk_bytes >= len(data))
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"not UTF-8 text (byte {start - pending + exc.start})") from None
+        if text:
+            starts, after_space = _token_starts(text, after_space)
+            tokens += starts
+    return tokens
+
+
+def _token_starts(text: str, after_space: bool) -> tuple:
+    """(tokens that begin in `text`, whether it ends in whitespace); `after_space`: the text before it did."""
+    import numpy as np
+
+    if text.isascii():
+        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:  # every code point above MAX_WHITESPACE looks up the table's last entry, False
+        codes = np.minimum(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), MAX_WHITESPACE + 1)
+    space = _whitespace_table()[codes]
+    starts = np.count_nonzero(space[:-1] & ~space[1:]) + int(after_space and not space[0])
+    return starts, bool(space[-1])
+
+
+@functools.cache
+def _whitespace_table():
+    """Per code point up to MAX_WHITESPACE + 1: is it whitespace to `str.split()` (`str.isspace`, the same test)."""
+    import numpy as np
+
+    return np.array([chr(code).isspace() for code in range(MAX_WHITESPACE + 2)], dtype=bool)
 
 
 def load_size_fn(spec: str):
@@ -128,16 +166,31 @@ def load_size_fn(spec: str):
     return function
 
 
-def probe_size(kind: str, path: str, data: bytes, size_fn=None) -> int:
-    """The size of one sample of `kind`; `size_fn`, when given, replaces the built-in probe."""
-    if size_fn is not None:
-        try:
-            size = size_fn(path)
-        except Exception as exc:  # a user function may raise anything; the file is then skipped
-            raise BadInput(f"size function failed: {type(exc).__name__}: {exc}") from None
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise BadInput(f"size function returned {size!r}, expected a non-negative int")
-        return size
+def probe_size(kind: str, path: str, data: bytes, size_fn=None, max_pixels: int | None = None) -> int:
+    """The size of one sample of `kind`; `size_fn`, when given, replaces the built-in probe.
+
+    An image of more than `max_pixels` pixels (a decompression bomb, or just too large to decode)
+    raises BadInput; its header is read for that even when `size_fn` gives the size.
+    """
+    size = _custom_size(size_fn, path) if size_fn is not None else _built_in_size(kind, path, data)
+    if kind == "image" and max_pixels is not None:
+        pixels = size if size_fn is None else image_pixels(data)
+        if pixels > max_pixels:
+            raise BadInput(f"image of {pixels:,} pixels, above the limit of {max_pixels:,} (--max-pixels)")
+    return size
+
+
+def _custom_size(size_fn, path: str) -> int:
+    try:
+        size = size_fn(path)
+    except Exception as exc:  # a user function may raise anything; the file is then skipped
+        raise BadInput(f"size function failed: {type(exc).__name__}: {exc}") from None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise BadInput(f"size function returned {size!r}, expected a non-negative int")
+    return size
+
+
+def _built_in_size(kind: str, path: str, data: bytes) -> int:
     if not data and kind != "text":
         raise BadInput(f"empty {kind} file (0 bytes)")
     if kind == "image":
