@@ -244,15 +244,21 @@ def test_a_zero_max_sample_bytes_is_one_line(tmp_path, corgi):
 
 # --- --kind, as the help says ---------------------------------------------------------------------
 
-def test_kind_treats_every_file_as_that_kind_as_its_help_says(tmp_path, corgi):
+def test_kind_keeps_only_files_of_that_kind_as_its_help_says(tmp_path, corgi):
     help_text = " ".join(corgi("pack", "--help").stdout.split())
-    assert "Treat every file as this kind, whatever its extension" in help_text and "Force" not in help_text
+    assert "Keep only files of this kind" in help_text and "Force" not in help_text
     write_image(tmp_path / "src" / "a" / "pic.png", 4, 4)
-    write_text(tmp_path / "src" / "a" / "notes.log", 3)
-    assert corgi("pack", tmp_path / "src", tmp_path / "out", "--kind", "image", "--workers", "1").exit_code == 0
+    (tmp_path / "src" / "a" / "raw.img").write_bytes((tmp_path / "src" / "a" / "pic.png").read_bytes())  # unknown ext
+    write_text(tmp_path / "src" / "a" / "notes.txt", 3)
+    write_text(tmp_path / "src" / "a" / "more.md", 3)
+    result = corgi("pack", tmp_path / "src", tmp_path / "out", "--kind", "image", "--workers", "1")
+    assert result.exit_code == 0
     m = open_manifest(tmp_path / "out")
-    assert m.keys() == ["a/pic"] and m.skipped[0]["path"] == "a/notes.log"
-    assert m.skipped[0]["reason"].startswith("not a readable image")
+    assert sorted(m.keys()) == ["a/pic", "a/raw"]
+    assert sorted(entry["path"] for entry in m.skipped) == ["a/more.md", "a/notes.txt"]
+    assert {entry["reason"] for entry in m.skipped} == {"a text file: --kind image keeps only image files"}
+    warnings = [line for line in result.stderr.splitlines() if "skipped" in line]
+    assert warnings == ["corgi pack: warning: skipped 2 files of other kinds than image (--kind image)"], result.stderr
 
 
 # --- pack memory: the spooled names are never mapped ------------------------------------------------

@@ -54,8 +54,8 @@ def check_dask_address(ctx, param, value):
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="wds", show_default=True)
 @click.option("--kind", type=click.Choice(("auto", *KINDS)), default="auto", show_default=True,
-              help="Treat every file as this kind, whatever its extension (unknown ones too): its size is probed as "
-                   "this kind, and a file the probe rejects is skipped (OpenCV opens images, so video keeps them).")
+              help="Keep only files of this kind: files whose extension names another kind are skipped (counted in "
+                   "one line, listed in the manifest); files of an unknown extension are packed as this kind.")
 @click.option("--labels", "labels_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file of class names, one per line, that fixes the label ids.")
 @click.option("--block-samples", type=click.IntRange(min=1), default=layout.DEFAULT_BLOCK_SAMPLES, show_default=True,

@@ -93,8 +93,9 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
              progress=None, max_sample_bytes: int | None = None) -> Corpus:
     """Walk SOURCE (folder or listing file) into a Corpus, a chunk at a time.
 
-    `kind` other than "auto" treats every file as that kind, whatever its extension: none is skipped
-    here for its extension, and each is later probed as that kind (a file the probe rejects is skipped then).
+    `kind` other than "auto" keeps only files of that kind: a file whose extension names another kind
+    is skipped (recorded, and counted in one warning line), and one whose extension names no kind is
+    taken as that kind (probed as one later: a file the probe rejects is skipped then).
     A file larger than `max_sample_bytes` is skipped as a problem, before anything reads it.
     `label_index`, a list of class names, fixes the label ids; files of other classes are skipped.
     Skipped inputs are warned on stderr and recorded in `Corpus.skipped`; with `strict`, an input
@@ -157,21 +158,27 @@ class _Builder:
         self.fixed_labels = label_index is not None
         self.label_ids = {name: i for i, name in enumerate(label_index or ())}  # name -> id (provisional if not fixed)
         self.ext_ids, self.skipped, self.label_skips = {}, [], 0  # ext_ids: escaped extension -> provisional id
+        self.warned, self.kind_skips = 0, 0  # skips warned one line each; files of other kinds than `kind`
         self.ext_of_raw = {}  # lower-case extension -> provisional id (escaped once per extension)
         self.pending, self.records, self.lines = [], [], []
         self.digest = hashlib.sha256()
 
-    def skip(self, name: str, reason: str, *, line: int | None = None, problem: bool = False) -> None:
-        """Record a skipped input and warn (the first MAX_WARNINGS); under `strict` a problem raises instead."""
+    def skip(self, name: str, reason: str, *, line: int | None = None, problem: bool = False,
+             quiet: bool = False) -> None:
+        """Record a skipped input and warn (the first MAX_WARNINGS, unless `quiet`: counted in `summarise`);
+        under `strict` a problem raises instead."""
         where = f"line {line}: " if line is not None else ""
         if problem and self.strict:
             raise CorpusError(f"{self.source}: {where}{name}: {reason}")
         self.skipped.append({"path": name, "reason": where + reason})
-        if len(self.skipped) <= MAX_WARNINGS:
+        if not quiet and self.warned < MAX_WARNINGS:
+            self.warned += 1
             warn(f"skipped {name}: {where}{reason}")
 
     def summarise(self) -> None:
-        unshown = len(self.skipped) - MAX_WARNINGS
+        if self.kind_skips:
+            warn(f"skipped {self.kind_skips} files of other kinds than {self.kind} (--kind {self.kind})")
+        unshown = len(self.skipped) - self.kind_skips - self.warned
         if unshown > 0:
             warn(f"skipped {unshown} more inputs, not shown; a finished pack lists every skipped input "
                  "with its reason under 'skipped' in manifest.json")
@@ -183,7 +190,12 @@ class _Builder:
         name = printable(entry.raw)
         if filename.startswith("."):
             return self.skip(name, "hidden file", line=entry.line)
-        file_kind = self.kind if self.kind != "auto" else KIND_OF_EXTENSION.get(ext)
+        file_kind = KIND_OF_EXTENSION.get(ext)
+        if self.kind != "auto" and file_kind not in (None, self.kind):
+            self.kind_skips += 1
+            return self.skip(name, f"a {file_kind} file: --kind {self.kind} keeps only {self.kind} files",
+                             line=entry.line, quiet=True)
+        file_kind = file_kind if self.kind == "auto" else self.kind
         if file_kind is None:
             return self.skip(name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
         try:
