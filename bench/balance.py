@@ -1,6 +1,6 @@
 """Rank balance: count vs size vs dynamic, with and without balanced batches, simulated, no data read.
 
-For each size distribution and world size it runs the real epoch plan (`corgi_io.schedule.simulate`:
+For each size distribution and world size it runs the real epoch plan (`corgi_io.schedule.simulation`:
 assign, worker split, buffer plan, DataLoader batch order) under three plans and prints one line each:
 
 * ``count``: equal sample counts, plain CorgiPile shuffle (what DistributedSampler-style loaders do);

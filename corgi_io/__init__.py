@@ -17,7 +17,7 @@ from corgi_io.errors import (ArgumentError, BadInput, BatchError, CorgiError, Co
                              DecodeError, FormatError, ManifestError, PackError, ResumeError, StorageError)
 
 _LAZY = {"Manifest": "corgi_io.manifest", "open_manifest": "corgi_io.manifest", "PackOptions": "corgi_io.packing",
-         "pack": "corgi_io.packing", "verify": "corgi_io.verification"}
+         "pack": "corgi_io.packing", "verify": "corgi_io.report.verify"}
 
 __all__ = ["ArgumentError", "BadInput", "BatchError", "CorgiError", "CorpusError", "CorruptDataError", "DecodeError",
            "FormatError", "ManifestError", "PackError", "ResumeError", "StorageError", *_LAZY]

@@ -227,7 +227,7 @@ def test_stats_of_missing_dataset(tmp_path, corgi):
 # --- import hygiene -----------------------------------------------------------------------------
 
 def test_cli_pack_stats_verify_and_both_formats_do_not_import_torch():
-    code = ("import sys, corgi_io.cli, corgi_io.packing, corgi_io.stats, corgi_io.verification, corgi_io.plan_report; "
+    code = ("import sys, corgi_io.cli, corgi_io.packing, corgi_io.report.stats, corgi_io.report.verify, corgi_io.report.plan; "
             "from corgi_io import open_manifest, pack, PackOptions, verify; "
             "from corgi_io.formats import get_format; get_format('wds'); get_format('tfrecord'); "
             "assert 'torch' not in sys.modules, 'torch was imported'")

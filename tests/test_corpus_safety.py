@@ -22,7 +22,7 @@ import pytest
 from corgi_io.packing.encode import read_regular_file
 from corgi_io.packing.corpus import MAX_WARNINGS, discover
 from corgi_io.packing.walk import key_from_path
-from corgi_io.names import key_problem
+from corgi_io.manifest.names import key_problem
 from corgi_io.errors import BadInput
 from corgi_io.formats import get_format
 from corgi_io.manifest import open_manifest

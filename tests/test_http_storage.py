@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from corgi_io.errors import StorageError
-from corgi_io.http_storage import HttpStorage
-from corgi_io.remote_storage import FsspecStorage
+from corgi_io.storage.http import HttpStorage
+from corgi_io.storage.remote import FsspecStorage
 from corgi_io.storage import open_storage
 
 DATA = random.Random(5).randbytes(200_000)

@@ -95,7 +95,7 @@ def test_good_arguments_are_taken_in_their_plain_form(text_pack):
 
 
 def test_storage_options_are_checked_where_they_are_taken(tmp_path):
-    from corgi_io.http_storage import HttpStorage
+    from corgi_io.storage.http import HttpStorage
     from corgi_io.storage import open_storage
 
     with pytest.raises(ArgumentError, match="^open_retry_seconds must be >= 0, got -0.5$"):

@@ -13,7 +13,7 @@ from corgi_io.loaders import CorgiPileDataset
 from corgi_io.manifest import open_manifest
 from corgi_io import PackOptions, pack
 from corgi_io import CorruptDataError, StorageError
-from corgi_io.http_storage import HttpStorage
+from corgi_io.storage.http import HttpStorage
 from corpus_factory import make_image_corpus, write_text
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from corgi_io import manifest as manifest_module
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest, save_manifest
-from corgi_io.ranged_column import PAGE, RangedColumn
+from corgi_io.manifest.ranged import PAGE, RangedColumn
 from corgi_io.storage import LocalStorage
 
 BLOCK, SHARD_BLOCKS = 64, 4

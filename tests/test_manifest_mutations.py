@@ -35,8 +35,8 @@ import numpy as np
 import pytest
 
 from corgi_io import CorgiError, ManifestError, open_manifest, verify
-from corgi_io.manifest_checks import validate
-from corgi_io.names import shard_path_problem
+from corgi_io.manifest.checks import validate
+from corgi_io.manifest.names import shard_path_problem
 
 SEED = 20261122
 PEAK_LIMIT = 50 << 20      # bytes one open may allocate; these packs need a few kilobytes

@@ -347,7 +347,7 @@ def test_workers_die_with_the_pack(corpus, slow_size_fn, tmp_path):
 @pytest.mark.parametrize("orphaned", [False, True])
 def test_worker_initializer_exits_when_already_orphaned(orphaned):
     """A parent that died before prctl took effect: the worker sees another parent pid and exits."""
-    from corgi_io.packing.worker_pool import die_with_parent
+    from corgi_io.processes import die_with_parent
 
     parent = os.getpid() + (12345 if orphaned else 0)
     pid = os.fork()

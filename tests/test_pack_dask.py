@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corgi_io.atomic import temp_name
+from corgi_io.storage.atomic import temp_name
 from corgi_io.packing import PackOptions, pack
 from corpus_factory import write_text
 from test_pack_crash import CLI, SLOW_SIZES  # SLOW_SIZES: tokens(path) sleeps CORGI_TEST_SLEEP s per file

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from corgi_io import open_manifest, verify
-from corgi_io.locks import LOCK_NAME, FolderLock
+from corgi_io.storage.locks import LOCK_NAME, FolderLock
 from corpus_factory import write_text
 from test_pack_crash import alive
 from test_pack_faults import all_files
@@ -220,7 +220,7 @@ def test_without_hard_links_the_lock_is_made_in_place(source, tmp_path, corgi, m
 
 HOLDER_WITH_A_WORKER = '''
 import os, sys, time
-from corgi_io.locks import FolderLock
+from corgi_io.storage.locks import FolderLock
 
 FolderLock(sys.argv[1], print).acquire()
 worker = os.fork()

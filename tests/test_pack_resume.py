@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from corgi_io.manifest import open_manifest
-from corgi_io.atomic import temp_name
+from corgi_io.storage.atomic import temp_name
 from corpus_factory import write_text
 
 pytestmark = pytest.mark.slow  # launches and kills `corgi pack` processes
@@ -99,7 +99,7 @@ def test_every_sample_exactly_once(resumed):
     assert sorted(m.keys()) == sorted(rel[:-4] for rel in sizes)
     size_of = {rel[:-4]: n for rel, n in sizes.items()}
     assert [size_of[k] for k in m.keys()] == m.samples.size.tolist()
-    from corgi_io.verification import verify
+    from corgi_io.report.verify import verify
 
     report = verify(resumed["out"])
     assert report.ok and report.samples_checked == m.num_samples

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from corgi_io.manifest import open_manifest
-from corgi_io.plan_report import summarize
+from corgi_io.report.plan import summarize
 from corgi_io.schedule import block_order
 from corpus_factory import make_image_corpus
 

@@ -13,7 +13,7 @@ import pytest
 
 from corgi_io import PackOptions, open_manifest, pack
 from corgi_io.errors import StorageError
-from corgi_io.s3_support import NO_ENDPOINT_HINT
+from corgi_io.storage.s3 import NO_ENDPOINT_HINT
 from corgi_io.storage import open_storage
 from corpus_factory import make_image_corpus
 from s3_server import DUMMY_CREDENTIALS, MotoServer, missing_packages

@@ -45,7 +45,7 @@ def test_corgi_help_loads_nothing_heavy(argv):
 def test_public_names_resolve_lazily_to_the_library_objects():
     from corgi_io.manifest import Manifest, open_manifest
     from corgi_io.packing import PackOptions, pack
-    from corgi_io.verification import verify
+    from corgi_io.report.verify import verify
 
     assert (corgi_io.Manifest, corgi_io.open_manifest, corgi_io.PackOptions, corgi_io.pack, corgi_io.verify) == \
         (Manifest, open_manifest, PackOptions, pack, verify)
@@ -55,7 +55,7 @@ def test_public_names_resolve_lazily_to_the_library_objects():
 
 
 def test_no_public_function_hides_a_submodule_of_the_same_name():
-    run_python("import inspect, pkgutil, corgi_io, corgi_io.verification, corgi_io.packing as packing\n"
+    run_python("import inspect, pkgutil, corgi_io, corgi_io.report.verify, corgi_io.packing as packing\n"
                "modules = {m.name for m in pkgutil.iter_modules(corgi_io.__path__)}\n"
                "assert not modules & set(corgi_io.__all__), modules & set(corgi_io.__all__)\n"
                "assert inspect.isfunction(corgi_io.verify) and inspect.isfunction(corgi_io.pack)\n"

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from corgi_io.manifest import open_manifest
-from corgi_io.stats import render, summarize
-from corgi_io.stats_plot import MAX_BLOCK_BARS, _integer_ticks, _log_size_axis, size_figure
+from corgi_io.report.stats import render, summarize
+from corgi_io.report.plot import MAX_BLOCK_BARS, _integer_ticks, _log_size_axis, size_figure
 from corpus_factory import write_text
 from test_manifest_lazy import synthetic_pack
 

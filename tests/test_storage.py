@@ -19,9 +19,9 @@ import urllib3
 from conftest import require_nginx
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest
-from corgi_io.atomic import atomic_output, temp_name, write_atomic
-from corgi_io.remote_storage import FsspecStorage
-from corgi_io.retrying_storage import backoff_delay
+from corgi_io.storage.atomic import atomic_output, temp_name, write_atomic
+from corgi_io.storage.remote import FsspecStorage
+from corgi_io.storage.retry import backoff_delay
 from corgi_io.storage import LocalStorage, StorageError, open_storage
 from http_server import NginxServer, free_port
 
@@ -253,7 +253,7 @@ def test_a_spent_budget_counts_its_attempts_even_when_it_is_one(backend):
 
 
 def test_s3_options_leave_the_retries_to_corgi_unless_botocore_retries_are_set():
-    from corgi_io.s3_support import s3_options
+    from corgi_io.storage.s3 import s3_options
 
     assert s3_options({"key": "k"}) == {"key": "k", "config_kwargs": {"retries": {"total_max_attempts": 1}}}
     assert s3_options({"config_kwargs": {"read_timeout": 5}})["config_kwargs"] == \

@@ -13,7 +13,7 @@ from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats.tfrecord import parse_index
 from corgi_io.manifest import open_manifest
 from corgi_io.storage import open_storage
-from corgi_io.verification import verify
+from corgi_io.report.verify import verify
 from test_verify import flip
 
 

@@ -13,7 +13,7 @@ from corgi_io.cli.errors import one_line_errors
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, FORMATS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
-from corgi_io.stats import counted
+from corgi_io.report.stats import counted
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 

@@ -27,7 +27,7 @@ def plan_command(dataset, world_size, workers, balance, batch_size, epoch, seed,
     """Show per-rank samples, size sums and reads of one epoch of DATASET and, with --batch-size,
     the per-step imbalance and simulated epoch time against count balance."""
     from corgi_io.manifest import open_manifest
-    from corgi_io.plan_report import check_options, render, summarize
+    from corgi_io.report.plan import check_options, render, summarize
 
     try:
         check_options(world_size=world_size, workers=workers, batch_size=batch_size, buffer_blocks=buffer_blocks,

@@ -23,8 +23,8 @@ def stats_command(dataset, as_json, plot, storage_options):
     `corgi verify DATASET` is the command that checks the shards.
     """
     from corgi_io.manifest import open_manifest
-    from corgi_io.stats import render, summarize
-    from corgi_io.stats_plot import plot as plot_sizes
+    from corgi_io.report.stats import render, summarize
+    from corgi_io.report.plot import plot as plot_sizes
 
     with one_line_errors():
         manifest = open_manifest(dataset, storage_options)

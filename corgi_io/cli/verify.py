@@ -22,8 +22,8 @@ from corgi_io.cli.storage_options import with_storage_options
 @with_storage_options
 def verify_command(dataset, as_json, max_errors, jobs, max_pixels, storage_options):
     """Re-read every shard of DATASET and check sizes, checksums, framing and index sidecars."""
-    from corgi_io.stats import counted
-    from corgi_io.verification import verify
+    from corgi_io.report.stats import counted
+    from corgi_io.report.verify import verify
 
     with one_line_errors():
         report = verify(dataset, max_errors=max_errors, jobs=jobs, max_pixels=max_pixels,

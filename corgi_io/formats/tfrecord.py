@@ -54,7 +54,7 @@ def estimate_record_bytes(nbytes, key_bytes):
 
 def write_sidecars(shard_path, offsets, lengths) -> list:
     """tfrecord's ``.index`` file: one ``offset length`` line per record."""
-    from corgi_io.atomic import write_atomic
+    from corgi_io.storage.atomic import write_atomic
 
     index_path = f"{shard_path}{INDEX_SUFFIX}"
     write_atomic(index_path, "".join(f"{o} {n}\n" for o, n in zip(offsets, lengths)).encode())

@@ -24,12 +24,12 @@ from corgi_io.schedule.workers import batch_count
 from corgi_io.errors import ArgumentError, ResumeError
 from corgi_io.storage import open_storage
 
-from .collate import collate_samples
-from .decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
-from .distributed import gather_cost_models, rank_and_world, worker_and_count
-from .on_error import SamplePreparer, batch_survivors
-from .options import check_options
-from .shared_epoch import SharedEpoch
+from corgi_io.loaders.collate import collate_samples
+from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
+from corgi_io.loaders.distributed import gather_cost_models, rank_and_world, worker_and_count
+from corgi_io.loaders.on_error import SamplePreparer, batch_survivors
+from corgi_io.loaders.options import check_options
+from corgi_io.loaders.shared_epoch import SharedEpoch
 
 _warned_static_fallback = False
 

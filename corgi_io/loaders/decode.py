@@ -27,7 +27,7 @@ from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError, DecodeError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS  # Pillow's decompression-bomb limit, also pack's
 
-from .video import VideoDecoder
+from corgi_io.loaders.video import VideoDecoder
 
 NAMES = ["auto", "pil", "rgb", "text", "video"]
 

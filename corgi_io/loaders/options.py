@@ -6,8 +6,8 @@ from corgi_io.arguments import check_at_least, check_callable, check_flag, check
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES
 
-from .collate import collate_samples
-from .on_error import check_on_error
+from corgi_io.loaders.collate import collate_samples
+from corgi_io.loaders.on_error import check_on_error
 
 COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0, True), ("batch_size", 1, True),
           ("read_threads", 1, True), ("max_pixels", 1, True))  # (name, least, None allowed); rank: rank_and_world

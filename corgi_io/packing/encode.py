@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from corgi_io.checksum import DEFAULT_CHECKSUM, checksum_function
+from corgi_io.manifest.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
 from corgi_io.manifest import KINDS

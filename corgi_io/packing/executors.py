@@ -22,7 +22,7 @@ import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, wait
 
 from corgi_io.errors import PackError
-from corgi_io.packing.worker_pool import worker_pool
+from corgi_io.processes import worker_pool
 
 TASKS_AHEAD = 2    # tasks queued per worker process
 POLL_SECONDS = 0.2  # how often the driver relays the workers' progress

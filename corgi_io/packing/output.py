@@ -23,9 +23,9 @@ import shutil
 from pathlib import Path
 
 from corgi_io.errors import PackError
-from corgi_io.locks import LOCK_NAME
+from corgi_io.storage.locks import LOCK_NAME
 from corgi_io.manifest import HEAD_NAME, PACK_METADATA
-from corgi_io.atomic import temp_name, write_atomic
+from corgi_io.storage.atomic import temp_name, write_atomic
 
 PARTIAL_DIR = ".corgi-partial"
 PLAN_NAME = "plan.json"

@@ -25,11 +25,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from corgi_io.atomic import temp_name
-from corgi_io.checksum import DEFAULT_CHECKSUM
+from corgi_io.storage.atomic import temp_name
+from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
-from corgi_io.locks import FolderLock
+from corgi_io.storage.locks import FolderLock
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corgi_io.atomic import atomic_output
+from corgi_io.storage.atomic import atomic_output
 
 SAMPLE_FIELDS = {  # per written sample, in shard order
     "position": np.int64,     # its place in pack order (a row of the pack-order table)

@@ -16,7 +16,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corgi_io.atomic import temp_name, writer_id
+from corgi_io.storage.atomic import temp_name, writer_id
 from corgi_io.packing.records import ShardDone, save_record
 
 IOV_MAX = 1024  # buffers per writev call (POSIX's minimum for IOV_MAX is 16; Linux allows 1024)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from corgi_io.errors import CorpusError
-from corgi_io.names import CONTROL_CHARACTERS as _CONTROL, key_problem
+from corgi_io.manifest.names import CONTROL_CHARACTERS as _CONTROL, key_problem
 
 _UNDECODABLE = "\udc80-\udcff"  # the bytes of a file name that are not UTF-8, as os.fsdecode gives them
 _ESCAPED_IN_FOLDER = re.compile(f"[%{_CONTROL}{_UNDECODABLE}]")

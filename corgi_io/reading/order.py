@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from .read_ahead import Marker
+from corgi_io.reading.read_ahead import Marker
 
 _data = itemgetter("data")
 

@@ -14,18 +14,18 @@ each worker its share. A piece is a row ``(block, start, stop)``: a contiguous
 range of global sample ids inside one block, read with one ranged read. See
 docs/algorithms.md.
 """
-from .assign import assign_ranks, epoch_plans, plan_epoch, rank_plan
-from .balance import rank_budgets
-from .batches import balanced_batches
-from .cost import fit_cost, keep_if_faster, slowest_time, unit_cost
-from .order import block_order, epoch_rng
-from .pieces import block_pieces, cut, merge_adjacent, piece_counts, piece_samples, piece_sizes, positions
-from .simulate import imbalance, rank_batches, simulate
-from .modes import BALANCE_MODES, SHUFFLE_MODES, check_mode
-from .sequence import EpochSequence
-from .spec import BlockTable, EpochSpec, samples_per_rank
-from .stream import buffer_plan
-from .workers import split_workers, worker_counts, worker_share
+from corgi_io.schedule.assign import assign_ranks, epoch_plans, plan_epoch, rank_plan
+from corgi_io.schedule.balance import rank_budgets
+from corgi_io.schedule.batches import balanced_batches
+from corgi_io.schedule.cost import fit_cost, keep_if_faster, slowest_time, unit_cost
+from corgi_io.schedule.order import block_order, epoch_rng
+from corgi_io.schedule.pieces import block_pieces, cut, merge_adjacent, piece_counts, piece_samples, piece_sizes, positions
+from corgi_io.schedule.simulate import imbalance, rank_batches, simulate
+from corgi_io.schedule.modes import BALANCE_MODES, SHUFFLE_MODES, check_mode
+from corgi_io.schedule.sequence import EpochSequence
+from corgi_io.schedule.spec import BlockTable, EpochSpec, samples_per_rank
+from corgi_io.schedule.stream import buffer_plan
+from corgi_io.schedule.workers import split_workers, worker_counts, worker_share
 
 __all__ = [
     "BALANCE_MODES", "SHUFFLE_MODES", "BlockTable", "EpochSequence", "EpochSpec",

@@ -18,12 +18,12 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 
-from .balance import rank_budgets, size_plan
-from .cost import unit_cost
-from .order import BALANCE, epoch_rng
-from .partition import partition_plan
-from .sequence import CountPlan, EpochSequence
-from .spec import BlockTable, EpochSpec
+from corgi_io.schedule.balance import rank_budgets, size_plan
+from corgi_io.schedule.cost import unit_cost
+from corgi_io.schedule.order import BALANCE, epoch_rng
+from corgi_io.schedule.partition import partition_plan
+from corgi_io.schedule.sequence import CountPlan, EpochSequence
+from corgi_io.schedule.spec import BlockTable, EpochSpec
 
 
 def plan_epoch(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=None):

@@ -26,12 +26,12 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 
-from .cost import keep_if_faster
-from .fill import fill
-from .pieces import merge_adjacent, piece_counts
-from .refine import refine
-from .sequence import CountPlan
-from .spec import BlockTable
+from corgi_io.schedule.cost import keep_if_faster
+from corgi_io.schedule.fill import fill
+from corgi_io.schedule.pieces import merge_adjacent, piece_counts
+from corgi_io.schedule.refine import refine
+from corgi_io.schedule.sequence import CountPlan
+from corgi_io.schedule.spec import BlockTable
 
 RESERVE = 2  # mean units of room per rank kept back from the deal for the fill
 EXTRA_READS = 8  # per rank, on average: the most pieces the fill and refine may add to the units

@@ -17,7 +17,7 @@ import bisect
 
 import numpy as np
 
-from .refine import window_sums
+from corgi_io.schedule.refine import window_sums
 
 FILL_TOLERANCE = 1e-4  # a window within this fraction of the rank's budget is taken as it is
 

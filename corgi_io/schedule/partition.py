@@ -14,10 +14,10 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 
-from .cost import slowest_time
-from .order import block_order
-from .sequence import EpochSequence
-from .spec import BlockTable, EpochSpec
+from corgi_io.schedule.cost import slowest_time
+from corgi_io.schedule.order import block_order
+from corgi_io.schedule.sequence import EpochSequence
+from corgi_io.schedule.spec import BlockTable, EpochSpec
 
 
 @dataclass(frozen=True, eq=False)

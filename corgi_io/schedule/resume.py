@@ -28,7 +28,7 @@ import numpy as np
 
 from corgi_io.errors import ResumeError
 
-from .pieces import piece_samples
+from corgi_io.schedule.pieces import piece_samples
 
 STATE_KEY = "corgi_io_resume"   # marks a CorgiPileDataset worker state inside a StatefulDataLoader state
 STATE_VERSION = 1

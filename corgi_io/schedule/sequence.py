@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .order import block_order
-from .pieces import EMPTY, block_pieces, cut, positions
-from .spec import BlockTable, EpochSpec
+from corgi_io.schedule.order import block_order
+from corgi_io.schedule.pieces import EMPTY, block_pieces, cut, positions
+from corgi_io.schedule.spec import BlockTable, EpochSpec
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,7 +12,7 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 
-from .modes import BALANCE_MODES, SHUFFLE_MODES, check_at_least, check_mode
+from corgi_io.schedule.modes import BALANCE_MODES, SHUFFLE_MODES, check_at_least, check_mode
 
 
 def samples_per_rank(num_samples: int, world_size: int, drop_last: bool = False) -> int:

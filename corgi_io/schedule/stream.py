@@ -17,10 +17,10 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 
-from .batches import BatchComposer
-from .order import BUFFER, FULL, WINDOW, epoch_rng
-from .modes import SHUFFLE_MODES, check_mode
-from .pieces import piece_counts, piece_samples, positions
+from corgi_io.schedule.batches import BatchComposer
+from corgi_io.schedule.order import BUFFER, FULL, WINDOW, epoch_rng
+from corgi_io.schedule.modes import SHUFFLE_MODES, check_mode
+from corgi_io.schedule.pieces import piece_counts, piece_samples, positions
 
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .modes import check_at_least
-from .pieces import cut, piece_counts, positions
+from corgi_io.schedule.modes import check_at_least
+from corgi_io.schedule.pieces import cut, piece_counts, positions
 
 
 def batch_count(num_samples: int, batch_size: int, drop_last: bool = False) -> int:

@@ -1,7 +1,7 @@
 """Summaries of a pack for people and programs: counts, size distributions, block and shard balance.
 
 `summarize` returns plain JSON-ready data; `render` turns it into terminal text with a
-log-binned histogram (`corgi_io.stats_plot` draws it to a PNG).
+log-binned histogram (`corgi_io.report.plot` draws it to a PNG).
 """
 from __future__ import annotations
 

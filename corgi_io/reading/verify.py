@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 
-from corgi_io.checksum import RUNNING, checksum_function, mismatched_records
+from corgi_io.manifest.checksum import RUNNING, checksum_function, mismatched_records
 from corgi_io.errors import CorruptDataError, StorageError
 
 

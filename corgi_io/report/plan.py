@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
 from corgi_io.schedule.modes import check_at_least
-from corgi_io.stats import counted
+from corgi_io.report.stats import counted
 
 
 def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: int, epoch: int, seed: int) -> None:

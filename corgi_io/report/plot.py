@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from corgi_io.manifest import KINDS, Manifest
-from corgi_io.stats import counted, short_number
+from corgi_io.report.stats import counted, short_number
 
 SIZE_BINS = 40
 MAX_BLOCK_BARS = 200

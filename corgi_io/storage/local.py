@@ -1,4 +1,4 @@
-"""Ranged reads of shard files in place (atomic writes live in corgi_io.atomic).
+"""Ranged reads of shard files in place (atomic writes live in corgi_io.storage.atomic).
 
 The loader reads each block with one `read_range`; the manifest holds every
 offset and size, so nothing is listed or stat'ed per sample. Local paths (and
@@ -12,90 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections import OrderedDict
-from urllib.parse import urlsplit
 
-from corgi_io.arguments import check_storage_options
-from corgi_io.errors import ArgumentError, StorageError
+from corgi_io.errors import StorageError
 
 
-HTTP_OPTIONS = {"headers", "timeout", "retry_seconds", "open_retry_seconds", "backoff", "max_backoff"}
 
 
-def open_storage(root: str, **storage_options) -> Storage:
-    """LocalStorage for a path or file:// URL; HttpStorage (urllib3) for http(s); else FsspecStorage.
-
-    `backend="fsspec"` forces fsspec for http(s), as does any option HttpStorage does not take
-    (`client_kwargs`, ...: they are fsspec's); `headers`, `timeout` and the retry settings are
-    HttpStorage's own. Local storage ignores the options, so one `storage_options` serves a
-    dataset wherever it lives (the retry settings are checked wherever it lives).
-    """
-    root = os.fspath(root)
-    check_storage_options(storage_options)
-    backend = storage_options.pop("backend", None)
-    if backend not in (None, "fsspec", "urllib3"):
-        raise ArgumentError(f"backend must be 'fsspec' or 'urllib3', not {backend!r}")
-    if "://" not in root:
-        return LocalStorage(root)
-    parts = urlsplit(root)
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise StorageError(f"{root}: file:// URL with a remote host is not supported")
-        return LocalStorage(parts.path)
-    if parts.scheme in ("http", "https") and backend != "fsspec" and \
-            (backend == "urllib3" or set(storage_options) <= HTTP_OPTIONS):
-        from corgi_io.http_storage import HttpStorage  # urllib3 only for remote packs
-
-        return HttpStorage(root, **storage_options)
-    from corgi_io.remote_storage import FsspecStorage  # aiohttp and fsspec only for remote packs (~20 MB, 0.2 s)
-
-    return FsspecStorage(root, **storage_options)
-
-
-class Storage:
-    """Root, counters, and the pid owning cached handles: a new process (a forked
-    DataLoader worker, or an unpickled copy) rebuilds its handles on first use."""
-
-    def __init__(self, root: str):
-        self.root = root.rstrip("/") or "/"
-        self.reads = self.bytes_read = 0
-        self._pid = os.getpid()
-        self._lock = threading.Lock()  # the loader reads from several threads at once
-
-    def url(self, relpath: str) -> str:
-        """Full path or URL of `relpath` under the root, as named in errors."""
-        return f"{self.root.rstrip('/')}/{relpath.lstrip('/')}"
-
-    def _start_read(self, offset: int, length: int) -> bool:
-        """Validate a range and count it; False for an empty read, which touches nothing."""
-        if offset < 0 or length < 0:
-            raise ArgumentError(f"bad range: offset={offset} length={length}")
-        if length:
-            with self._lock:
-                self.reads += 1
-                self.bytes_read += length
-        return length > 0
-
-    def _forked(self) -> bool:
-        """True, once, when first used in a process other than the last one (call under `_lock`)."""
-        pid, self._pid = self._pid, os.getpid()
-        return pid != self._pid
-
-    def __getstate__(self):
-        return {**self.__dict__, "_lock": None}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state, _lock=threading.Lock())
-
-    def close(self) -> None:
-        """Release cached handles; the object stays usable and reopens on demand."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class LocalStorage(Storage):

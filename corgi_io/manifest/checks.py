@@ -22,9 +22,9 @@ from functools import partial
 
 import numpy as np
 
-from corgi_io.checksum import CHECKSUMS
+from corgi_io.manifest.checksum import CHECKSUMS
 from corgi_io.errors import ManifestError
-from corgi_io.names import shard_path_problem
+from corgi_io.manifest.names import shard_path_problem
 
 FORMATS = ("wds", "tfrecord")
 KINDS = ("image", "video", "text")

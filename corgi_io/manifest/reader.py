@@ -27,51 +27,19 @@ be safe relative paths, and the readers check their sizes on first read.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from corgi_io.column_files import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
+from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest_tables import Columns, ShardTable
-from corgi_io.manifest_checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
+from corgi_io.manifest.tables import Columns, ShardTable
+from corgi_io.manifest.checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
 __all__ = ["DEFAULT_MAX_PIXELS", "FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest",
            "save_manifest"]
 
-MANIFEST_VERSION = 2
-HEAD_NAME = "manifest.json"
-COLUMNS_DIR = "columns"
-V1_COLUMNS_NAME = "manifest.npz"
-PACK_METADATA = (HEAD_NAME, COLUMNS_DIR, V1_COLUMNS_NAME)  # everything in OUTPUT that is not a shard
-
-SAMPLE_COLUMNS = {
-    "label": np.int32,        # class id into the head's labels, -1 when unlabeled
-    "kind": np.uint8,         # index into KINDS
-    "ext": np.uint16,         # index into the head's extensions (the original file's, lower case)
-    "bytes": np.int64,        # payload bytes (the original file, unchanged)
-    "size": np.int64,         # work units: pixels, frames, tokens or a custom size
-    "shard": np.int32,        # index into head["shards"]
-    "offset": np.int64,       # record start in the shard (tar headers / TFRecord framing included)
-    "length": np.int64,       # record length
-    "data_offset": np.int64,  # payload start in the shard
-    "checksum": np.uint32,    # head["checksum"] of the record bytes, checked by the loader and `corgi verify`
-}
-BLOCK_COLUMNS = {
-    "shard": np.int32,
-    "offset": np.int64,
-    "length": np.int64,
-    "first": np.int64,        # first sample index (global)
-    "count": np.int64,
-    "size_sum": np.int64,
-}
-KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
-DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS, its decompression-bomb limit: the most pixels
-                                 # an image may have in `corgi pack` and in the loader's image decoders
-ROWS_AT_ONCE = 1 << 20  # rows validated in one vectorised step: bounds the temporaries of a full validation
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,69 +123,6 @@ class Manifest:
         return KINDS[int(self.samples.kind[index])]
 
 
-def encode_keys(keys) -> tuple:
-    """Pack a sequence of str keys into (uint8 blob, int64 offsets of length n+1); a packed pair passes through."""
-    if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(part, np.ndarray) for part in keys):
-        return keys
-    encoded = [k.encode("utf-8") for k in keys]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    return blob, offsets
-
-
-def column_path(name: str) -> str:
-    """Path of column `name` (e.g. "sample_size") relative to the pack root."""
-    return f"{COLUMNS_DIR}/{name}.npy"
-
-
-def column_schema() -> dict:
-    """{column file name: dtype} of every column of the current version."""
-    return {**{f"sample_{n}": t for n, t in SAMPLE_COLUMNS.items()},
-            **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS}
-
-
-def _declared_rows(counts: dict) -> dict:
-    """{column file name: rows} that a version-2 head's counts declare."""
-    rows = {"key_blob": counts["key_bytes"], "key_offsets": counts["samples"] + 1}
-    rows.update({f"sample_{n}": counts["samples"] for n in SAMPLE_COLUMNS})
-    rows.update({f"block_{n}": counts["blocks"] for n in BLOCK_COLUMNS})
-    return rows
-
-
-def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
-    """Write every column then the head, each atomically (temporary name, then rename).
-
-    `keys` (str keys, or the (blob, offsets) pair) may be a function that returns them: it is called
-    once the other columns are written, so that a pack's driver never holds the keys and a column at once.
-    """
-    for name in SAMPLE_COLUMNS:
-        save_column(root, f"sample_{name}", samples[name])
-    for name in BLOCK_COLUMNS:
-        save_column(root, f"block_{name}", blocks[name])
-    key_blob, key_offsets = encode_keys(keys() if callable(keys) else keys)
-    save_column(root, "key_blob", key_blob)
-    save_column(root, "key_offsets", key_offsets)
-    save_head(root, head, {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)})
-
-
-def save_column(root, name: str, array) -> None:
-    """Write column `name` of `column_schema()` atomically, as a flat little-endian .npy of its dtype."""
-    from corgi_io.atomic import atomic_output
-
-    (Path(root) / COLUMNS_DIR).mkdir(exist_ok=True)
-    with atomic_output(Path(root) / column_path(name)) as f:
-        np.save(f, np.ascontiguousarray(array, dtype=np.dtype(column_schema()[name]).newbyteorder("<")),
-                allow_pickle=False)
-
-
-def save_head(root, head: dict, counts: dict) -> None:
-    """Write the head atomically, after every column: `counts` are the columns' rows (samples, blocks, key_bytes)."""
-    from corgi_io.atomic import atomic_output
-
-    head = dict(head, corgi_manifest_version=MANIFEST_VERSION, counts=counts)
-    with atomic_output(Path(root) / HEAD_NAME) as f:
-        f.write(json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
 
 
 def open_manifest(source, storage_options: dict | None = None) -> Manifest:

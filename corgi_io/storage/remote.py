@@ -1,6 +1,6 @@
 """Remote packs (http, hdfs, s3, ...) read through fsspec, riding out outages within a time budget.
 
-Each ranged read is one `fs.cat_file(path, start, end)`, retried as corgi_io.retrying_storage
+Each ranged read is one `fs.cat_file(path, start, end)`, retried as corgi_io.storage.retry
 says (the same policy as HttpStorage, the default for http(s) URLs).  Imported only
 when a remote root is opened, so local packs never load aiohttp or fsspec.
 """
@@ -13,8 +13,8 @@ import aiohttp
 import fsspec.core
 
 from corgi_io.errors import StorageError
-from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
-from corgi_io.s3_support import endpoint_hint, is_connection_error, is_s3, s3_options
+from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
+from corgi_io.storage.s3 import endpoint_hint, is_connection_error, is_s3, s3_options
 
 __all__ = ["FsspecStorage", "classify_error", "underlying_error"]
 _NETWORK_ERRORS = (OSError, asyncio.TimeoutError, aiohttp.ClientError)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from corgi_io.errors import ManifestError
-from corgi_io.ranged_column import PAGE, RangedColumn
+from corgi_io.manifest.ranged import PAGE, RangedColumn
 
 HEADER_READ = 4096 + 16  # magic, version and length field, and the largest header accepted
 

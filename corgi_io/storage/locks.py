@@ -31,7 +31,7 @@ import socket
 import time
 from pathlib import Path
 
-from corgi_io.atomic import temp_name, writer_id
+from corgi_io.storage.atomic import temp_name, writer_id
 from corgi_io.errors import PackError
 
 LOCK_NAME = ".corgi-lock"

@@ -19,7 +19,7 @@ from urllib3.exceptions import HTTPError, LocationValueError, MaxRetryError, Res
 
 from corgi_io.arguments import check_number
 from corgi_io.errors import StorageError
-from corgi_io.retrying_storage import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
+from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
 
 MAX_REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -54,7 +54,7 @@ class HttpStorage(RetryingStorage):
     """http(s) URLs over one urllib3 PoolManager per process (rebuilt after fork).
 
     `headers` are sent with every request (an auth token, say); `timeout` bounds connecting and
-    each socket read, in seconds. Retry settings as FsspecStorage (corgi_io.retrying_storage).
+    each socket read, in seconds. Retry settings as FsspecStorage (corgi_io.storage.retry).
     """
 
     reads_in_flight = (3, 8)  # (first, most): reads overlap outside the GIL here; see docs/operations.md

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from corgi_io.checksum import mismatched_records
+from corgi_io.manifest.checksum import mismatched_records
 from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
 from corgi_io.manifest import KINDS, open_manifest
-from corgi_io.packing.worker_pool import worker_pool
+from corgi_io.processes import worker_pool
 from corgi_io.storage import open_storage
 
 

@@ -12,11 +12,11 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 
-from .assign import epoch_plans
-from .cost import unit_cost
-from .spec import BlockTable, EpochSpec
-from .stream import buffer_plan
-from .workers import split_workers
+from corgi_io.schedule.assign import epoch_plans
+from corgi_io.schedule.cost import unit_cost
+from corgi_io.schedule.spec import BlockTable, EpochSpec
+from corgi_io.schedule.stream import buffer_plan
+from corgi_io.schedule.workers import split_workers
 
 
 def imbalance(values) -> float:

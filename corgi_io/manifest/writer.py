@@ -1,0 +1,55 @@
+"""Writing a manifest: each column atomically, then the head last, so a head on disk always describes complete columns."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import numpy as np
+
+
+
+def encode_keys(keys) -> tuple:
+    """Pack a sequence of str keys into (uint8 blob, int64 offsets of length n+1); a packed pair passes through."""
+    if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(part, np.ndarray) for part in keys):
+        return keys
+    encoded = [k.encode("utf-8") for k in keys]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return blob, offsets
+
+
+
+
+def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
+    """Write every column then the head, each atomically (temporary name, then rename).
+
+    `keys` (str keys, or the (blob, offsets) pair) may be a function that returns them: it is called
+    once the other columns are written, so that a pack's driver never holds the keys and a column at once.
+    """
+    for name in SAMPLE_COLUMNS:
+        save_column(root, f"sample_{name}", samples[name])
+    for name in BLOCK_COLUMNS:
+        save_column(root, f"block_{name}", blocks[name])
+    key_blob, key_offsets = encode_keys(keys() if callable(keys) else keys)
+    save_column(root, "key_blob", key_blob)
+    save_column(root, "key_offsets", key_offsets)
+    save_head(root, head, {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)})
+
+
+def save_column(root, name: str, array) -> None:
+    """Write column `name` of `column_schema()` atomically, as a flat little-endian .npy of its dtype."""
+    from corgi_io.storage.atomic import atomic_output
+
+    (Path(root) / COLUMNS_DIR).mkdir(exist_ok=True)
+    with atomic_output(Path(root) / column_path(name)) as f:
+        np.save(f, np.ascontiguousarray(array, dtype=np.dtype(column_schema()[name]).newbyteorder("<")),
+                allow_pickle=False)
+
+
+def save_head(root, head: dict, counts: dict) -> None:
+    """Write the head atomically, after every column: `counts` are the columns' rows (samples, blocks, key_bytes)."""
+    from corgi_io.storage.atomic import atomic_output
+
+    head = dict(head, corgi_manifest_version=MANIFEST_VERSION, counts=counts)
+    with atomic_output(Path(root) / HEAD_NAME) as f:
+        f.write(json.dumps(head, indent=1, ensure_ascii=False).encode("utf-8"))
