@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from corgi_io import manifest as manifest_module
+from corgi_io.manifest import reader as manifest_module
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest, save_manifest
 from corgi_io.manifest.ranged import PAGE, RangedColumn

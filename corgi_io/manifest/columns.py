@@ -54,13 +54,9 @@ def checked_size(storage, relpath: str, most: int, where: str) -> int:
     A missing or unreadable file, a local one that is not a regular file inside the root, or
     one larger than `most` bytes is a ManifestError; storage trouble is a StorageError.
     """
-    from corgi_io.storage import LocalStorage
-
     try:
-        if isinstance(storage, LocalStorage):
-            size = local_file_size(storage.url(relpath), storage.root, where)
-        else:
-            size = storage.size(relpath)
+        local = storage.local_path(relpath)
+        size = storage.size(relpath) if local is None else local_file_size(local, storage.root, where)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         raise ManifestError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
     if size > most:

@@ -34,6 +34,8 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, SAMPLE_COLUMNS,
+                                      V1_COLUMNS_NAME, column_path, column_schema, declared_rows)
 from corgi_io.manifest.tables import Columns, ShardTable
 from corgi_io.manifest.checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
@@ -171,15 +173,13 @@ def _read_whole(storage, relpath: str, most: int) -> bytes:
 def _open_columns(storage, head: dict) -> dict:
     """The columns of a version-2 pack: memory-mapped when local; when remote, the block
     columns read whole and the per-sample ones (and the keys) as RangedColumns."""
-    from corgi_io.storage import LocalStorage
-
-    rows, arrays = _declared_rows(head["counts"]), {}
+    rows, arrays = declared_rows(head["counts"]), {}
     for name, dtype in column_schema().items():
         relpath = column_path(name)
-        url = storage.url(relpath)
+        url, local = storage.url(relpath), storage.local_path(relpath)
         per_sample = not name.startswith("block_")
-        if isinstance(storage, LocalStorage):
-            arrays[name] = map_local_column(url, storage.root, dtype, rows[name], url, scattered=per_sample)
+        if local is not None:
+            arrays[name] = map_local_column(local, storage.root, dtype, rows[name], url, scattered=per_sample)
         elif per_sample:
             arrays[name] = open_ranged_column(storage, relpath, dtype, rows[name], url)
         else:

@@ -48,7 +48,7 @@ def column_schema() -> dict:
             **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS}
 
 
-def _declared_rows(counts: dict) -> dict:
+def declared_rows(counts: dict) -> dict:
     """{column file name: rows} that a version-2 head's counts declare."""
     rows = {"key_blob": counts["key_bytes"], "key_offsets": counts["samples"] + 1}
     rows.update({f"sample_{n}": counts["samples"] for n in SAMPLE_COLUMNS})

@@ -5,6 +5,9 @@ import json
 from pathlib import Path
 import numpy as np
 
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, MANIFEST_VERSION, SAMPLE_COLUMNS,
+                                      column_path, column_schema)
+
 
 
 def encode_keys(keys) -> tuple:

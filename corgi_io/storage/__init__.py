@@ -1,15 +1,15 @@
 """Where packs live: `open_storage(root)` picks the backend for a path or URL; every backend is a `Storage`."""
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
-from collections import OrderedDict
 from urllib.parse import urlsplit
+
 from corgi_io.arguments import check_storage_options
 from corgi_io.errors import ArgumentError, StorageError
+from corgi_io.storage.base import Storage
+from corgi_io.storage.local import LocalStorage
 
-
+__all__ = ["LocalStorage", "Storage", "open_storage"]
 
 HTTP_OPTIONS = {"headers", "timeout", "retry_seconds", "open_retry_seconds", "backoff", "max_backoff"}
 

@@ -1,15 +1,24 @@
-"""The Storage contract: what every backend (local, HTTP, fsspec) offers the manifest, the readers and verify."""
+"""The Storage contract: what every backend (local, HTTP, fsspec) offers the manifest, the readers and verify.
+
+Callers use only what `Storage` declares here, never a backend's class: a backend that can hand
+out a local file (to memory-map it) says so through `local_path`; the readers size their reads in
+flight from `reads_in_flight`.  Every method that touches a file raises `StorageError` naming the
+file (and the offset, for reads) when the storage fails, and FileNotFoundError (or another OSError
+with its errno) when the file itself is missing or unreadable, so that callers can tell the two.
+"""
 from __future__ import annotations
 
+import abc
 import os
 import threading
 from corgi_io.errors import ArgumentError
 
 
+class Storage(abc.ABC):
+    """A pack's root, read with ranged reads; counters of the reads; the pid owning cached handles
+    (a new process, a forked DataLoader worker or an unpickled copy, rebuilds its handles on first use)."""
 
-class Storage:
-    """Root, counters, and the pid owning cached handles: a new process (a forked
-    DataLoader worker, or an unpickled copy) rebuilds its handles on first use."""
+    reads_in_flight: tuple = (1, 1)  # (first, most) ranged reads a reader keeps in flight on this storage
 
     def __init__(self, root: str):
         self.root = root.rstrip("/") or "/"
@@ -41,6 +50,27 @@ class Storage:
 
     def __setstate__(self, state):
         self.__dict__.update(state, _lock=threading.Lock())
+
+    @abc.abstractmethod
+    def read_range(self, relpath: str, offset: int, length: int) -> bytes:
+        """Exactly `length` bytes of `relpath` at `offset`; StorageError naming file and offset otherwise."""
+
+    @abc.abstractmethod
+    def read_all(self, relpath: str) -> bytes:
+        """The whole file (a manifest part or an index sidecar); not counted in `reads`."""
+
+    @abc.abstractmethod
+    def size(self, relpath: str) -> int:
+        """The file's size in bytes."""
+
+    @abc.abstractmethod
+    def exists(self, relpath: str) -> bool:
+        """Whether the file exists."""
+
+    def local_path(self, relpath: str) -> str | None:
+        """A path on this machine that can be opened and memory-mapped in place of `relpath`, or None
+        when the bytes are only reachable through `read_range` (every remote backend)."""
+        return None
 
     def close(self) -> None:
         """Release cached handles; the object stays usable and reopens on demand."""

@@ -15,6 +15,7 @@ import os
 from collections import OrderedDict
 
 from corgi_io.errors import StorageError
+from corgi_io.storage.base import Storage
 
 
 
@@ -106,10 +107,16 @@ class LocalStorage(Storage):
             return f.read()
 
     def size(self, relpath: str) -> int:
+        """The file's size, from stat."""
         return os.stat(self.url(relpath)).st_size
 
     def exists(self, relpath: str) -> bool:
+        """Whether the path exists."""
         return os.path.exists(self.url(relpath))
+
+    def local_path(self, relpath: str) -> str:
+        """The file itself: local packs memory-map their manifest columns."""
+        return self.url(relpath)
 
     def close(self) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ import time
 
 from corgi_io.arguments import RETRY_SETTINGS, check_number
 from corgi_io.errors import StorageError
-from corgi_io.storage import Storage
+from corgi_io.storage.base import Storage
 
 MISSING, TRANSIENT, FATAL = "missing", "transient", "fatal"
 
