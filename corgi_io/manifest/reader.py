@@ -39,9 +39,6 @@ from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROW
 from corgi_io.manifest.tables import Columns, ShardTable
 from corgi_io.manifest.checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
-__all__ = ["DEFAULT_MAX_PIXELS", "FORMATS", "KINDS", "MANIFEST_VERSION", "Manifest", "ManifestError", "open_manifest",
-           "save_manifest"]
-
 
 
 @dataclass(frozen=True, eq=False)
