@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 
 from corgi_io.errors import ArgumentError
 
 RETRY_SETTINGS = ("retry_seconds", "open_retry_seconds", "backoff", "max_backoff")
 
 
-def check_mode(name: str, value, modes: tuple) -> None:
-    """ArgumentError naming the argument and the choices when `value` is not one of `modes`."""
-    if value not in modes:
-        raise ArgumentError(f"{name} must be one of {modes}, got {value!r}")
+def choose(name: str, value, choices):
+    """The entry named `value` of `choices`: a registry (a mapping of names to implementations) or a
+    tuple of names, which gives `value` back.  ArgumentError listing every choice otherwise.
+
+    Registries are how algorithms are chosen (shuffle and balance modes, shard formats): adding a
+    mode is one entry, and this message names it with the rest.
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ArgumentError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return choices[value] if isinstance(choices, Mapping) else value
 
 
 def check_at_least(name: str, value, least: int, *, optional: bool = True):

@@ -10,7 +10,8 @@ import click
 from click.core import ParameterSource
 
 from corgi_io.cli.errors import one_line_errors
-from corgi_io.manifest import DEFAULT_MAX_PIXELS, FORMATS, KINDS
+from corgi_io.formats import FORMATS
+from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.report.stats import counted

@@ -7,13 +7,16 @@ import click
 
 from corgi_io.cli.errors import one_line_errors
 from corgi_io.cli.storage_options import with_storage_options
+from corgi_io.schedule.modes import BALANCES
+
+STATIC_BALANCES = [name for name, mode in BALANCES.items() if not mode.measured_cost]  # no speeds to measure here
 
 
 @click.command("plan")
 @click.argument("dataset")
 @click.option("--world-size", type=int, required=True, help="Number of ranks (processes) that share the epoch.")
 @click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers per rank.")
-@click.option("--balance", type=click.Choice(["count", "size"]), default="count", show_default=True,
+@click.option("--balance", type=click.Choice(STATIC_BALANCES), default="count", show_default=True,
               help="Equal sample counts only, or equal counts and equal size sums.")
 @click.option("--batch-size", type=int, help="Per-rank batch size: also simulate the synchronous steps.")
 @click.option("--epoch", type=int, default=0, show_default=True)

@@ -9,9 +9,15 @@
 """
 from __future__ import annotations
 
+import importlib
 from typing import NamedTuple
 
-from corgi_io.errors import ArgumentError, FormatError  # noqa: F401  (FormatError re-exported: formats raise it)
+from corgi_io.arguments import choose
+from corgi_io.errors import FormatError  # noqa: F401  (re-exported: formats raise it)
+
+# The registry: format name -> its module, imported on first use.  A new format is one entry.
+FORMAT_MODULES = {"wds": "corgi_io.formats.wds", "tfrecord": "corgi_io.formats.tfrecord"}
+FORMATS = tuple(FORMAT_MODULES)
 
 
 class Record(NamedTuple):
@@ -26,11 +32,5 @@ class Record(NamedTuple):
 
 
 def get_format(name: str):
-    """The module implementing shard format `name` ('wds' or 'tfrecord')."""
-    if name == "wds":
-        from corgi_io.formats import wds
-        return wds
-    if name == "tfrecord":
-        from corgi_io.formats import tfrecord
-        return tfrecord
-    raise ArgumentError(f"unknown shard format {name!r}: expected 'wds' or 'tfrecord'")
+    """The module implementing shard format `name` (one of FORMATS); ArgumentError listing them otherwise."""
+    return importlib.import_module(choose("format", name, FORMAT_MODULES))

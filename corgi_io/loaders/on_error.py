@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 
-from corgi_io.arguments import check_mode
+from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError, DecodeError, plain_message
 
 ON_ERROR = ("raise", "skip")
@@ -28,7 +28,7 @@ _KIND_WORDS = {"image": ("an image", "images"), "video": ("a video", "videos"), 
 
 def check_on_error(on_error: str, batch_size) -> None:
     """ArgumentError for an unknown policy, or for "skip" without `batch_size` (the epoch would be short)."""
-    check_mode("on_error", on_error, ON_ERROR)
+    choose("on_error", on_error, ON_ERROR)
     if on_error == "skip" and batch_size is None:
         raise ArgumentError("on_error='skip' needs batch_size=: a skipped sample leaves its batch one sample "
                             "shorter, so every rank keeps len(dataset) steps; without batches the epoch would be short")

@@ -2,9 +2,9 @@
 once with an ArgumentError naming it, not later (or differently) in every DataLoader worker."""
 from __future__ import annotations
 
-from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, check_mode
+from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule import BALANCE_MODES, SHUFFLE_MODES
+from corgi_io.schedule.modes import BALANCES, SHUFFLES
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
@@ -18,8 +18,8 @@ def check_options(**options) -> dict:
     counts as ints, flags as bools, storage_options as a dict; ArgumentError names the first bad one."""
     for name, least, optional in COUNTS:
         options[name] = check_at_least(name, options[name], least, optional=optional)
-    check_mode("shuffle", options["shuffle"], SHUFFLE_MODES)
-    check_mode("balance", options["balance"], BALANCE_MODES)
+    choose("shuffle", options["shuffle"], SHUFFLES)
+    choose("balance", options["balance"], BALANCES)
     for name in ("drop_last", "verify_reads"):
         options[name] = check_flag(name, options[name])
     check_callable("transform", options["transform"], optional=True)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from corgi_io.arguments import check_at_least, check_mode
+from corgi_io.arguments import check_at_least, choose
 from corgi_io.errors import DecodeError
 
 CLIP_MODES = ("uniform", "random")
@@ -128,7 +128,7 @@ class VideoDecoder:
 
     def __post_init__(self):
         check_at_least("frames", self.frames, 1, optional=False)
-        check_mode("clip", self.clip, CLIP_MODES)
+        choose("clip", self.clip, CLIP_MODES)
         check_at_least("max_pixels", self.max_pixels, 1)
 
     def for_epoch(self, seed: int, epoch: int) -> VideoDecoder:

@@ -22,11 +22,11 @@ from functools import partial
 
 import numpy as np
 
+from corgi_io.formats import FORMATS
 from corgi_io.manifest.checksum import CHECKSUMS
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
 
-FORMATS = ("wds", "tfrecord")
 KINDS = ("image", "video", "text")
 READABLE_VERSIONS = (1, 2)
 MAX_HEAD_BYTES = 1 << 30

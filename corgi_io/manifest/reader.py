@@ -37,7 +37,7 @@ from corgi_io.errors import ManifestError
 from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, SAMPLE_COLUMNS,
                                       V1_COLUMNS_NAME, column_path, column_schema, declared_rows)
 from corgi_io.manifest.tables import Columns, ShardTable
-from corgi_io.manifest.checks import FORMATS, KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
+from corgi_io.manifest.checks import KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from dataclasses import replace
 
 from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
-from corgi_io.schedule.modes import check_at_least
+from corgi_io.arguments import check_at_least
 from corgi_io.report.stats import counted
 
 

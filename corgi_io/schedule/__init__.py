@@ -14,23 +14,58 @@ each worker its share. A piece is a row ``(block, start, stop)``: a contiguous
 range of global sample ids inside one block, read with one ranged read. See
 docs/algorithms.md.
 """
-from corgi_io.schedule.assign import assign_ranks, epoch_plans, plan_epoch, rank_plan
-from corgi_io.schedule.balance import rank_budgets
-from corgi_io.schedule.batches import balanced_batches
-from corgi_io.schedule.cost import fit_cost, keep_if_faster, slowest_time, unit_cost
-from corgi_io.schedule.order import block_order, epoch_rng
-from corgi_io.schedule.pieces import block_pieces, cut, merge_adjacent, piece_counts, piece_samples, piece_sizes, positions
-from corgi_io.schedule.simulate import imbalance, rank_batches, simulate
-from corgi_io.schedule.modes import BALANCE_MODES, SHUFFLE_MODES, check_mode
-from corgi_io.schedule.sequence import EpochSequence
-from corgi_io.schedule.spec import BlockTable, EpochSpec, samples_per_rank
-from corgi_io.schedule.stream import buffer_plan
-from corgi_io.schedule.workers import split_workers, worker_counts, worker_share
+from __future__ import annotations
 
-__all__ = [
-    "BALANCE_MODES", "SHUFFLE_MODES", "BlockTable", "EpochSequence", "EpochSpec",
-    "assign_ranks", "balanced_batches", "block_order", "block_pieces", "buffer_plan", "check_mode", "cut",
-    "epoch_plans", "epoch_rng", "fit_cost", "imbalance", "keep_if_faster", "merge_adjacent", "piece_counts",
-    "piece_samples", "piece_sizes", "plan_epoch", "positions", "rank_batches", "rank_budgets", "rank_plan",
-    "samples_per_rank", "simulate", "slowest_time", "split_workers", "unit_cost", "worker_counts", "worker_share",
-]
+import importlib
+
+_EXPORTS = {  # public name -> its module, imported on first use
+    "assign_ranks": "assign",
+    "epoch_plans": "assign",
+    "plan_epoch": "assign",
+    "rank_plan": "assign",
+    "rank_budgets": "balance",
+    "balanced_batches": "batches",
+    "fit_cost": "cost",
+    "keep_if_faster": "cost",
+    "slowest_time": "cost",
+    "unit_cost": "cost",
+    "BALANCES": "modes",
+    "BALANCE_MODES": "modes",
+    "SHUFFLES": "modes",
+    "SHUFFLE_MODES": "modes",
+    "block_order": "order",
+    "epoch_rng": "order",
+    "block_pieces": "pieces",
+    "cut": "pieces",
+    "merge_adjacent": "pieces",
+    "piece_counts": "pieces",
+    "piece_samples": "pieces",
+    "piece_sizes": "pieces",
+    "positions": "pieces",
+    "EpochSequence": "sequence",
+    "imbalance": "simulation",
+    "rank_batches": "simulation",
+    "simulate": "simulation",
+    "BlockTable": "spec",
+    "EpochSpec": "spec",
+    "samples_per_rank": "spec",
+    "buffer_plan": "stream",
+    "split_workers": "workers",
+    "worker_counts": "workers",
+    "worker_share": "workers",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Import a public name's module when the name is first used, so that `corgi_io.schedule.modes`
+    (the registries the CLI lists) loads without numpy and the planning modules."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})

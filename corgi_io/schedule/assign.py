@@ -20,6 +20,7 @@ from corgi_io.errors import ArgumentError
 
 from corgi_io.schedule.balance import rank_budgets, size_plan
 from corgi_io.schedule.cost import unit_cost
+from corgi_io.schedule.modes import BALANCES
 from corgi_io.schedule.order import BALANCE, epoch_rng
 from corgi_io.schedule.partition import partition_plan
 from corgi_io.schedule.sequence import CountPlan, EpochSequence
@@ -47,18 +48,18 @@ def plan_epoch(table: BlockTable, spec: EpochSpec, *, cost_model=None, owner=Non
     its own blocks, and ``n`` becomes the largest partition's count (padding repeats the
     rank's own samples) or, with ``drop_last``, the smallest one's.
     """
-    w = spec.world_size
-    if spec.balance != "count" and table.size_sum is None:
+    w, mode = spec.world_size, BALANCES[spec.balance]
+    if mode.by_size and table.size_sum is None:
         raise ArgumentError(f"balance={spec.balance!r} needs sizes")
-    if spec.balance == "dynamic" and cost_model is None:
-        raise ArgumentError("balance='dynamic' needs cost_model")
-    cost = np.asarray(cost_model, np.float64) if spec.balance == "dynamic" else unit_cost(w)
-    model = cost_model if spec.balance == "dynamic" else None
+    if mode.measured_cost and cost_model is None:
+        raise ArgumentError(f"balance={spec.balance!r} needs cost_model")
+    cost = np.asarray(cost_model, np.float64) if mode.measured_cost else unit_cost(w)
+    model = cost_model if mode.measured_cost else None
     budgets_for = functools.partial(rank_budgets, cost_model=model, world_size=w)  # (total size, n) -> budgets
     if owner is not None:
         return partition_plan(table, spec, owner, budgets_for, cost)
     by_count = CountPlan(EpochSequence.of_epoch(table, spec), spec.samples_per_rank(table.num_samples), w)
-    if spec.balance == "count" or by_count.n == 0 or w == 1:
+    if not mode.by_size or by_count.n == 0 or w == 1:
         return by_count
     tiebreak = epoch_rng(spec.seed, spec.epoch, BALANCE).permutation(w)
     return size_plan(table, by_count, budgets_for, cost, tiebreak)

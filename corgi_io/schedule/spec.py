@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corgi_io.arguments import check_at_least, choose
 from corgi_io.errors import ArgumentError
-
-from corgi_io.schedule.modes import BALANCE_MODES, SHUFFLE_MODES, check_at_least, check_mode
+from corgi_io.schedule.modes import BALANCES, SHUFFLES
 
 
 def samples_per_rank(num_samples: int, world_size: int, drop_last: bool = False) -> int:
@@ -44,11 +44,11 @@ class EpochSpec:
     batch_size: int | None = None
 
     def __post_init__(self):
-        check_mode("balance", self.balance, BALANCE_MODES)
-        check_mode("shuffle", self.shuffle, SHUFFLE_MODES)
+        choose("balance", self.balance, BALANCES)
+        shuffle = choose("shuffle", self.shuffle, SHUFFLES)
         for name, least in (("world_size", 1), ("seed", 0), ("epoch", 0), ("num_workers", 0), ("buffer_pieces", 1)):
             check_at_least(name, getattr(self, name), least, optional=False)
-        if self.batch_size is not None and (self.batch_size < 1 or self.shuffle != "corgipile"):
+        if self.batch_size is not None and (self.batch_size < 1 or not shuffle.composes_batches):
             raise ArgumentError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
                                 "shuffle='corgipile' and batch_size >= 1")
 
@@ -56,7 +56,7 @@ class EpochSpec:
     def shuffle_blocks(self) -> bool:
         """Whether the epoch reads blocks in a shuffled order: the baselines "none" and "window" keep the
         stored order."""
-        return self.shuffle not in ("none", "window")
+        return SHUFFLES[self.shuffle].shuffles_blocks
 
     def samples_per_rank(self, num_samples: int) -> int:
         """Samples every rank reads in an epoch of ``num_samples`` (see the function)."""

@@ -12,16 +12,34 @@ loader should count occurrences.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
+from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError
-
 from corgi_io.schedule.batches import BatchComposer
+from corgi_io.schedule.modes import SHUFFLES
 from corgi_io.schedule.order import BUFFER, FULL, WINDOW, epoch_rng
-from corgi_io.schedule.modes import SHUFFLE_MODES, check_mode
 from corgi_io.schedule.pieces import piece_counts, piece_samples, positions
 
+
+@dataclass(frozen=True)
+class StreamArgs:
+    """What a worker's stream is a function of, besides its pieces (see `buffer_plan`)."""
+
+    buffer_pieces: int
+    seed: int
+    epoch: int
+    rank: int
+    worker: int
+    window_samples: int | None
+    sizes: np.ndarray | None
+    batch_size: int | None
+
+    def rng(self, stream: int) -> np.random.Generator:
+        """The generator of one of the streams (order.BUFFER, WINDOW, FULL) of this worker."""
+        return epoch_rng(self.seed, self.epoch, stream, self.rank, self.worker)
 
 
 def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces: int = 16,
@@ -50,24 +68,24 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         (one read) per buffer.
     """
     pieces = np.asarray(pieces, dtype=np.int64).reshape(-1, 3)
-    check_mode("shuffle", shuffle, SHUFFLE_MODES)
-    if batch_size is not None and (shuffle != "corgipile" or sizes is None or batch_size < 1):
+    mode = choose("shuffle", shuffle, SHUFFLES)
+    if batch_size is not None and (not mode.composes_batches or sizes is None or batch_size < 1):
         raise ArgumentError("balanced batches need shuffle='corgipile', sizes and batch_size >= 1")
-    if shuffle == "window":
-        if not window_samples or window_samples < 1:
-            raise ArgumentError("shuffle='window' needs window_samples >= 1")
-        return _window(pieces, window_samples, epoch_rng(seed, epoch, WINDOW, rank, worker))
-    if shuffle == "full":
-        return _full(pieces, epoch_rng(seed, epoch, FULL, rank, worker))
     if buffer_pieces < 1:
         raise ArgumentError(f"buffer_pieces must be >= 1, got {buffer_pieces}")
-    if shuffle != "corgipile":
-        return ((pieces[j:j + buffer_pieces], piece_samples(pieces[j:j + buffer_pieces]))
-                for j in range(0, len(pieces), buffer_pieces))
-    return _corgipile(pieces, buffer_pieces, (seed, epoch, BUFFER, rank, worker), sizes, batch_size)
+    return mode.stream_function()(pieces, StreamArgs(buffer_pieces, seed, epoch, rank, worker, window_samples, sizes, batch_size))
 
 
-def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
+def in_order_stream(pieces, args: StreamArgs):
+    """"block" and "none": groups of `buffer_pieces` pieces, samples in piece order."""
+    step = args.buffer_pieces
+    return ((pieces[j:j + step], piece_samples(pieces[j:j + step])) for j in range(0, len(pieces), step))
+
+
+def corgipile_stream(pieces, args: StreamArgs):
+    """CorgiPile: each group of `buffer_pieces` pieces permuted (or composed into balanced batches)."""
+    buffer_pieces, sizes, batch_size = args.buffer_pieces, args.sizes, args.batch_size
+    key = (args.seed, args.epoch, BUFFER, args.rank, args.worker)
     starts = range(0, len(pieces), buffer_pieces)
     composer = None
     if batch_size and len(pieces):
@@ -85,7 +103,14 @@ def _corgipile(pieces, buffer_pieces, key, sizes, batch_size):
         yield chunk, order
 
 
-def _window(pieces, capacity, rng):
+def window_stream(pieces, args: StreamArgs):
+    """The tf.data/webdataset baseline: a sliding shuffle buffer of `window_samples` over the pieces."""
+    if not args.window_samples or args.window_samples < 1:
+        raise ArgumentError("shuffle='window' needs window_samples >= 1")
+    return _sliding(pieces, args.window_samples, args.rng(WINDOW))
+
+
+def _sliding(pieces, capacity, rng):
     buf: list[int] = []
     for j, (blk, a, z) in enumerate(pieces.tolist()):
         out = []
@@ -105,7 +130,9 @@ def _window(pieces, capacity, rng):
         yield pieces[j:j + 1], np.array(out, dtype=np.int64)
 
 
-def _full(pieces, rng):
+def full_stream(pieces, args: StreamArgs):
+    """One sample (one read) per buffer, in a random permutation of the worker's samples."""
+    rng = args.rng(FULL)
     ids = piece_samples(pieces)
     blocks = np.repeat(pieces[:, 0], pieces[:, 2] - pieces[:, 1])
     for j in rng.permutation(len(ids)).tolist():
@@ -137,3 +164,4 @@ def even_buffers(pieces: np.ndarray, piece_sizes: np.ndarray, buffer_pieces: int
     first[-1] = len(pieces)
     position = np.argsort(np.argsort(first, kind="stable"))
     return pieces[np.lexsort((np.arange(len(pieces)), position[owner]))]
+

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.schedule.modes import check_at_least
+from corgi_io.arguments import check_at_least
 from corgi_io.schedule.pieces import cut, piece_counts, positions
 
 
