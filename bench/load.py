@@ -237,7 +237,7 @@ def http_rate(url: str, shuffle: str, read_threads, seconds: float) -> tuple:
 def run_http(root: Path, args, manifest) -> None:
     """corgipile against per-sample random access ("full") through nginx on loopback: the defaults
     (reads in flight grown while they pay), then fixed counts; each pair interleaved, median of --rounds."""
-    from http_server import NginxServer
+    from helpers.http_server import NginxServer
 
     with NginxServer(args.workdir / "www") as server:
         served = args.workdir / "www" / "ds"

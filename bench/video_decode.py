@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from _timing import interleaved_medians  # noqa: E402
-from corpus_factory import write_video  # noqa: E402
+from helpers.corpus_factory import write_video  # noqa: E402
 
 
 def make_pack(workdir: Path, ext: str, videos: int, frames: int, width: int, height: int) -> Path:

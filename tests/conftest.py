@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from http_server import NginxServer, nginx_binary  # noqa: E402
+from helpers.http_server import NginxServer, nginx_binary  # noqa: E402
 
 
 def require_nginx() -> None:
@@ -57,7 +57,7 @@ def corgi():
 @pytest.fixture(scope="session")
 def mixed_corpus(tmp_path_factory):
     """(root, {relpath: Expected}): make_mixed_corpus with tricky names, built once per session."""
-    from corpus_factory import make_mixed_corpus
+    from helpers.corpus_factory import make_mixed_corpus
 
     root = tmp_path_factory.mktemp("mixed") / "corpus"
     return root, make_mixed_corpus(root)

@@ -7,7 +7,7 @@ import cv2
 import pytest
 from PIL import Image
 
-from corpus_factory import (
+from helpers.corpus_factory import (
     make_image_corpus,
     make_mixed_corpus,
     write_garbage_video,

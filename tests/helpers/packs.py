@@ -1,0 +1,56 @@
+"""Packs and shard bytes the tests share: synthetic manifests, flipped bytes, files of a pack, a block's bytes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from corgi_io.manifest import save_manifest
+
+BLOCK, SHARD_BLOCKS = 64, 4  # the synthetic pack's samples per block and blocks per shard
+
+
+def synthetic_pack(root, n: int) -> None:
+    """A consistent pack of `n` samples (no shard files: nothing here reads them), blocks of 64, 4 per shard."""
+    i = np.arange(n, dtype=np.int64)
+    shard_samples = BLOCK * SHARD_BLOCKS
+    length = 1024 + 512 * (i % 5)
+    within = i % shard_samples
+    start = np.cumsum(length) - length
+    offset = start - start[i - within]  # records back to back from byte 0 of each shard
+    samples = {"label": i % 3, "kind": np.zeros(n), "ext": np.zeros(n), "bytes": length - 600, "size": 1 + i % 97,
+               "shard": i // shard_samples, "offset": offset, "length": length, "data_offset": offset + 512,
+               "checksum": i * 7 % 2 ** 32}
+    first = np.arange(0, n, BLOCK)
+    count = np.minimum(BLOCK, n - first)
+    last = first + count - 1
+    blocks = {"shard": first // shard_samples, "offset": offset[first], "length": offset[last] + length[last] - offset[first],
+              "first": first, "count": count, "size_sum": np.add.reduceat(samples["size"], first)}
+    shard_first = np.arange(0, n, shard_samples)
+    shard_last = np.minimum(shard_first + shard_samples, n) - 1
+    shards = [{"path": f"shard-{k:06d}.tar", "bytes": int(offset[b] + length[b]) + 1024, "first_sample": int(a),
+               "samples": int(b - a + 1)} for k, (a, b) in enumerate(zip(shard_first, shard_last))]
+    head = {"format": "wds", "options": {}, "labels": ["a", "b", "c"], "extensions": ["txt"], "checksum": "crc32c",
+            "shards": shards, "skipped": []}
+    save_manifest(root, head, samples, blocks, [f"k/{j:07d}" for j in range(n)])
+
+
+def flip(path: Path, position: int, mask: int = 0x5A) -> None:
+    """XOR the byte at `position` of the file at `path` with `mask` (damage that any checksum sees)."""
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ mask]))
+
+
+def all_files(folder: Path) -> dict:
+    """{relative path: bytes} of every file under `folder`, hidden ones included."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def piece_bytes(m, root: Path, start: int, stop: int) -> bytes:
+    """The shard bytes of samples [start, stop) of the manifest `m` of the pack at `root` (one shard)."""
+    s = m.samples
+    shard = (root / m.shards[int(s.shard[start])].path).read_bytes()
+    return shard[int(s.offset[start]):int(s.offset[stop - 1] + s.length[stop - 1])]

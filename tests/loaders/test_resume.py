@@ -1,0 +1,235 @@
+"""Mid-epoch and elastic resume: pure properties of the resume core, then CorgiPileDataset through
+torchdata's StatefulDataLoader (exact resume, in-process and in a new process) and simulated worlds
+that change size (elastic resume)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from corgi_io import ResumeError
+from corgi_io.loaders import CorgiPileDataset
+from corgi_io import PackOptions, pack
+from corgi_io.schedule import block_pieces, buffer_plan, piece_samples
+from corgi_io.schedule.resume import remainder_pieces, skip_consumed
+from helpers.corpus_factory import write_text
+
+
+# --- the pure core ---------------------------------------------------------------------------------
+
+def small_plan(counts, shuffle, buffer_pieces, batch_size, seed):
+    counts = np.asarray(counts, dtype=np.int64)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    pieces = block_pieces(np.arange(len(counts)), first, counts)
+    sizes = np.random.default_rng(seed).integers(1, 100, int(counts.sum()))
+    return list(buffer_plan(pieces, shuffle=shuffle, buffer_pieces=buffer_pieces, seed=seed, window_samples=5,
+                            sizes=sizes, batch_size=batch_size if shuffle == "corgipile" else None))
+
+
+@settings(max_examples=150, deadline=None)
+@given(counts=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+       shuffle=st.sampled_from(["corgipile", "block", "window", "full"]), buffer_pieces=st.integers(1, 4),
+       batch_size=st.sampled_from([None, 1, 3]), seed=st.integers(0, 5), cut=st.floats(0, 1))
+def test_skip_consumed_yields_exactly_the_rest_and_reads_what_it_lists(counts, shuffle, buffer_pieces, batch_size,
+                                                                        seed, cut):
+    plan = small_plan(counts, shuffle, buffer_pieces, batch_size, seed)
+    orders = np.concatenate([order for _, order in plan])
+    yielded = int(cut * len(orders))
+    resumed = skip_consumed(plan, yielded)
+    rest = np.concatenate([order for _, order in resumed]) if resumed else np.zeros(0, np.int64)
+    assert rest.tolist() == orders[yielded:].tolist()
+    read = set()
+    for pieces, order in resumed:  # the reader reads a buffer's pieces, then yields its order
+        read |= set(piece_samples(pieces).tolist())
+        assert set(order.tolist()) <= read
+    skipped_whole = sum(len(order) for _, order in plan[:len(plan) - len(resumed)])
+    assert len(read) <= len(orders) - skipped_whole + sum(len(o) for _, o in plan) // max(1, len(plan)) * 4 + 16
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=st.lists(st.integers(1, 9), min_size=1, max_size=10), seed=st.integers(0, 9))
+def test_remainder_is_every_unconsumed_sample_once_in_read_order(counts, seed):
+    rng = np.random.default_rng(seed)
+    counts = np.asarray(counts, dtype=np.int64)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    sequence = block_pieces(rng.permutation(len(counts)), first, counts)
+    consumed = rng.random(int(counts.sum())) < rng.random()
+    rest = remainder_pieces(sequence, consumed)
+    ids = piece_samples(rest)
+    expected = [i for i in piece_samples(sequence).tolist() if not consumed[i]]
+    assert ids.tolist() == expected
+    assert all(first[b] <= a < z <= first[b] + counts[b] for b, a, z in rest.tolist())  # runs stay in their block
+    untouched = [b for b in range(len(counts)) if not consumed[first[b]:first[b] + counts[b]].any()]
+    assert all(((rest[:, 0] == b).sum() == 1) for b in untouched)  # an untouched block stays one piece
+
+
+# --- CorgiPileDataset through StatefulDataLoader -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    source = tmp_path_factory.mktemp("resume-corpus")
+    for i in range(150):
+        write_text(source / f"c{i % 3}" / f"t{i:03d}.txt", 3 + i % 17, seed=i)
+    root = tmp_path_factory.mktemp("resume") / "pack"
+    pack(source, root, PackOptions(block_samples=8), progress=False)
+    return root
+
+
+def keys_of(batch) -> list:
+    return list(batch["key"])
+
+
+def loader(ds, workers: int, batch: int = 4, cls=StatefulDataLoader):
+    """Batches of 4: the dataset's own (batch mode, collate_samples) or the DataLoader's over samples."""
+    if ds.batch_size is not None:
+        return cls(ds, batch_size=None, num_workers=workers)
+    return cls(ds, batch_size=batch, num_workers=workers,
+               collate_fn=lambda samples: {"key": [s["key"] for s in samples]})
+
+
+def batches_after(root, saved, n_skip, workers, epoch=1, **options) -> tuple:
+    """(all batches of an uninterrupted epoch, batches after restoring `saved` into a new loader)."""
+    ds = CorgiPileDataset(root, **options)
+    ds.set_epoch(epoch)
+    whole = [keys_of(b) for b in loader(ds, workers)]
+    fresh = CorgiPileDataset(root, **options)
+    fresh.set_epoch(epoch)
+    resumed_loader = loader(fresh, workers)
+    resumed_loader.load_state_dict(saved)
+    return whole, [keys_of(b) for b in resumed_loader]
+
+
+def state_after(root, n: int, workers: int, epoch=1, **options) -> dict:
+    ds = CorgiPileDataset(root, **options)
+    ds.set_epoch(epoch)
+    it = loader(ds, workers)
+    for i, _ in enumerate(it):
+        if i + 1 == n:
+            return it.state_dict()
+    raise AssertionError("the epoch is shorter than n batches")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("options", [{}, {"batch_size": 4}, {"shuffle": "window"}, {"shuffle": "full"},
+                                     {"shuffle": "window", "batch_size": 4}])
+def test_exact_resume_yields_the_same_remaining_batches(packed, workers, options):
+    for n in (1, 9, 19):
+        saved = state_after(packed, n, workers, **options)
+        json.dumps(saved)  # small JSON data: no arrays, no pickled objects
+        whole, resumed = batches_after(packed, saved, n, workers, **options)
+        assert resumed == whole[n:], (n, workers, options)
+
+
+def test_a_state_saved_at_the_end_of_an_epoch_resumes_to_nothing_then_the_next_epoch_is_whole(packed):
+    ds = CorgiPileDataset(packed)
+    ds.set_epoch(3)
+    it = loader(ds, 0)
+    everything = [keys_of(b) for b in it]
+    saved = it.state_dict()
+    again = CorgiPileDataset(packed)
+    again.set_epoch(3)
+    resumed = loader(again, 0)
+    resumed.load_state_dict(saved)
+    assert [keys_of(b) for b in resumed] == []
+    again.set_epoch(4)
+    assert sum(len(keys_of(b)) for b in loader(again, 0)) == sum(len(b) for b in everything)
+
+
+def test_resume_in_a_new_process(packed, tmp_path):
+    saved = state_after(packed, 7, 2, batch_size=4)
+    (tmp_path / "state.json").write_text(json.dumps(saved))
+    script = f"""
+import json, sys
+from torchdata.stateful_dataloader import StatefulDataLoader
+from corgi_io.loaders import CorgiPileDataset
+ds = CorgiPileDataset({str(packed)!r}, batch_size=4)
+ds.set_epoch(1)
+loader = StatefulDataLoader(ds, batch_size=None, num_workers=2)
+loader.load_state_dict(json.load(open({str(tmp_path / 'state.json')!r})))
+print(json.dumps([b["key"] for b in loader]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    whole, _ = batches_after(packed, saved, 7, 2, batch_size=4)
+    assert json.loads(out.stdout) == whole[7:]
+
+
+@pytest.mark.parametrize("change,words", [({"seed": 1}, "seed"), ({"shuffle": "block", "batch_size": None}, "shuffle"),
+                                          ({"batch_size": 8}, "batch_size"), ({"buffer_blocks": 4}, "buffer_blocks")])
+def test_a_mismatched_state_is_refused(packed, change, words):
+    saved = state_after(packed, 3, 0, batch_size=4)
+    ds = CorgiPileDataset(packed, **{"batch_size": 4, **change})
+    with pytest.raises(ResumeError, match=words):
+        ds.load_state_dict(saved)
+
+
+def test_a_state_of_another_pack_is_refused(packed, tmp_path):
+    saved = state_after(packed, 3, 0)
+    source = tmp_path / "other"
+    write_text(source / "a.txt", 5)
+    other = tmp_path / "other-pack"
+    pack(source, other, PackOptions(), progress=False)
+    with pytest.raises(ResumeError, match="pack"):
+        CorgiPileDataset(other).load_state_dict(saved)
+
+
+# --- elastic: another world size or worker count ----------------------------------------------------
+
+def run_world(root, world: int, workers: int, batches: int | None, saved=None, epoch=2, **options):
+    """Each rank's yielded keys (all of them, or its first `batches` batches) and rank 0's loader state."""
+    keys, state = [], None
+    for rank in range(world):
+        ds = CorgiPileDataset(root, rank=rank, world_size=world, **options)
+        ds.set_epoch(epoch)
+        if saved is not None:
+            ds.load_state_dict(saved)
+        it = loader(ds, workers)
+        got = []
+        for i, batch in enumerate(it):
+            got.append(keys_of(batch))
+            if batches is not None and i + 1 == batches:
+                break
+        if rank == 0:
+            state = it.state_dict()
+        keys.append(got)
+    return keys, state
+
+
+@pytest.mark.parametrize("old,new", [((2, 2), (3, 2)), ((4, 2), (2, 0)), ((3, 2), (3, 0)), ((2, 0), (3, 2))])
+@pytest.mark.parametrize("options", [{}, {"batch_size": 4}, {"batch_size": 4, "shuffle": "block"}])
+def test_elastic_resume_yields_every_remaining_sample_once_with_equal_steps(packed, old, new, options):
+    (w0, k0), (w1, k1) = old, new
+    before, saved = run_world(packed, w0, k0, 5, **options)
+    after, _ = run_world(packed, w1, k1, None, saved=saved, **options)
+    consumed = Counter(k for rank in before for batch in rank for k in batch)
+    remaining = Counter(k for rank in after for batch in rank for k in batch)
+    everything = set(CorgiPileDataset(packed).manifest.keys())
+    assert set(consumed) | set(remaining) == everything           # nothing lost
+    assert not set(consumed) & set(remaining)                    # nothing the old world yielded comes back
+    assert sum(remaining.values()) - len(remaining) < w1          # padding repeats fewer than one sample per rank
+    assert len({sum(len(b) for b in rank) for rank in after}) == 1  # equal samples per new rank
+    assert len({len(rank) for rank in after}) == 1                 # and equal batches: no rank can hang DDP
+
+
+def test_a_dataset_that_iterated_still_pickles_for_spawn_workers(packed):
+    import pickle
+
+    ds = CorgiPileDataset(packed)
+    first = [s["key"] for s in ds]
+    copy = pickle.loads(pickle.dumps(ds))
+    assert [s["key"] for s in copy] == first
+
+
+def test_a_state_saved_before_the_resumed_epoch_runs_keeps_the_resume_point(packed):
+    before, saved = run_world(packed, 2, 2, 5)
+    ds = CorgiPileDataset(packed, rank=0, world_size=3)
+    ds.load_state_dict(saved)
+    again = CorgiPileDataset(packed, rank=0, world_size=3)
+    again.load_state_dict(json.loads(json.dumps(ds.state_dict())))  # checkpointed again before any step
+    assert [s["key"] for s in again] == [s["key"] for s in ds]
