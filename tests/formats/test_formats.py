@@ -98,30 +98,25 @@ def test_a_cut_block_raises_format_error_with_offset(packed_mixed, fmt):
     assert f"byte offset {info.value.offset}" in str(info.value)
 
 
-def test_tfrecord_crc_damage_names_the_record_offset(packed_mixed):
-    out = packed_mixed("tfrecord")
-    m = open_manifest(out)
-    block = next(i for i in range(len(m.blocks)) if m.blocks.count[i] >= 2)
-    data, offset = block_bytes(out, m, block)
-    i = int(m.blocks.first[block]) + 1
-    for where in (int(m.samples.offset[i]) + 3, int(m.samples.data_offset[i]) + 5):  # length field, payload
-        damaged = bytearray(data)
-        damaged[where - offset] ^= 0x40
-        with pytest.raises(FormatError) as info:
-            list(get_format("tfrecord").parse_block(bytes(damaged), offset))
-        assert info.value.offset == int(m.samples.offset[i])
+DAMAGE_IN_A_LATER_RECORD = {  # (format, where in the record: absolute offset from the manifest's columns)
+    "tfrecord-length-field": ("tfrecord", lambda samples, i: int(samples.offset[i]) + 3),
+    "tfrecord-payload": ("tfrecord", lambda samples, i: int(samples.data_offset[i]) + 5),
+    "wds-member-name": ("wds", lambda samples, i: int(samples.offset[i]) + 3),  # the tar header checksum fails
+}
 
 
-def test_wds_damaged_later_header_raises_format_error(packed_mixed):
-    out = packed_mixed("wds")
+@pytest.mark.parametrize("case", DAMAGE_IN_A_LATER_RECORD)
+def test_damage_in_a_later_record_names_that_records_offset(packed_mixed, case):
+    fmt, where = DAMAGE_IN_A_LATER_RECORD[case]
+    out = packed_mixed(fmt)
     m = open_manifest(out)
     block = next(i for i in range(len(m.blocks)) if m.blocks.count[i] >= 2)
     data, offset = block_bytes(out, m, block)
     i = int(m.blocks.first[block]) + 1
     damaged = bytearray(data)
-    damaged[int(m.samples.offset[i]) - offset + 3] ^= 0x40  # inside the member name: header checksum fails
+    damaged[where(m.samples, i) - offset] ^= 0x40
     with pytest.raises(FormatError) as info:
-        list(get_format("wds").parse_block(bytes(damaged), offset))
+        list(get_format(fmt).parse_block(bytes(damaged), offset))
     assert info.value.offset == int(m.samples.offset[i])
 
 

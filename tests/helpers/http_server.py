@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from helpers.processes import stop_process
+
 _SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
@@ -130,13 +132,7 @@ http {{
 
     def stop(self) -> None:
         """Fast shutdown (SIGTERM), waiting for the master and its worker to exit."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
 
     @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Processes the tests start and watch: the corgi CLI as a subprocess, liveness, slow size functions."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 CLI = "import sys; from corgi_io.cli import main; sys.exit(main())"
@@ -21,3 +22,14 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def stop_process(proc) -> None:
+    """Terminate a server process (SIGTERM) and wait for it; SIGKILL if it has not exited in 5 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

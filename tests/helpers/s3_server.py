@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from helpers.http_server import free_port
+from helpers.processes import stop_process
 
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                      "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -64,13 +65,7 @@ class MotoServer:
         raise RuntimeError(f"moto.server did not answer on port {self.port} in {timeout} s")
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
 
     def client(self):

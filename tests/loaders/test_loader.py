@@ -428,22 +428,30 @@ def shout(text):
     return text.upper()
 
 
-def image_facts(image):
-    return image.size, image.mode, np.asarray(image)
+def rgb_facts(image):
+    """decode="rgb", seen in the worker: the `to_chw` transform checked, then ((H, W), mode, (H, W, 3) pixels)."""
+    chw = to_chw(image)
+    assert isinstance(chw, torch.Tensor) and chw.dtype == torch.uint8 and chw.shape[0] == 3
+    return tuple(chw.shape[1:]), "RGB", chw.permute(1, 2, 0).numpy()
 
 
-def test_dataloader_decodes_rgb_tensors_with_a_transform(image_pack):
+def pil_facts(image):
+    """decode="pil", seen in the worker: ((H, W), mode, (H, W, 3) pixels) of the PIL image."""
+    return (image.size[1], image.size[0]), image.mode, np.asarray(image)
+
+
+@pytest.mark.parametrize("decode, facts", [("rgb", rgb_facts), ("pil", pil_facts)], ids=["rgb", "pil"])
+def test_dataloader_decodes_every_image_exactly(image_pack, decode, facts):
     path, originals = image_pack
-    ds = CorgiPileDataset(path, buffer_blocks=2, decode="rgb", transform=to_chw)
+    ds = CorgiPileDataset(path, buffer_blocks=2, decode=decode, transform=facts)
     got = list(torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None, timeout=60))
     assert len(got) == len(ds) == len(originals)
     assert Counter(s["key"] for s in got) == Counter(originals.keys())
     for s in got:
         want = source_rgb(originals[s["key"]].path)
-        t = s["data"]
-        assert isinstance(t, torch.Tensor) and t.dtype == torch.uint8
-        assert tuple(t.shape) == (3, want.shape[0], want.shape[1])
-        assert np.array_equal(t.permute(1, 2, 0).numpy(), want)
+        shape, mode, pixels = s["data"]
+        assert tuple(shape) == want.shape[:2] and mode == "RGB"
+        assert np.array_equal(np.asarray(pixels), want)
 
 
 def test_rgb_decode_without_transform_is_hwc_uint8(image_pack):
@@ -452,20 +460,6 @@ def test_rgb_decode_without_transform_is_hwc_uint8(image_pack):
         want = source_rgb(originals[s["key"]].path)
         assert s["data"].dtype == torch.uint8 and tuple(s["data"].shape) == want.shape == (*want.shape[:2], 3)
         assert np.array_equal(s["data"].numpy(), want)
-
-
-def test_dataloader_decodes_pil_images(image_pack):
-    path, originals = image_pack
-    ds = CorgiPileDataset(path, buffer_blocks=2, decode="pil", transform=image_facts)
-    got = list(torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None, timeout=60))
-    assert len(got) == len(ds) == len(originals)
-    assert Counter(s["key"] for s in got) == Counter(originals.keys())
-    for s in got:
-        size, mode, pixels = s["data"]
-        with Image.open(originals[s["key"]].path) as source:
-            assert tuple(size) == source.size
-        assert mode == "RGB"
-        assert np.array_equal(pixels, source_rgb(originals[s["key"]].path))
 
 
 def test_dataloader_decodes_text_with_a_transform(text_pack):
