@@ -24,7 +24,7 @@ What it shows, in the order a training script needs it:
   loader state (small JSON-able data), written by rank 0 to a temporary name and renamed.
 
 `--log-keys DIR` appends "epoch step key" lines to DIR/rank<r>.tsv after each step, so you (or
-tests/test_train_example.py) can check that an interrupted epoch trains every sample once.
+tests/e2e/test_train_example.py) can check that an interrupted epoch trains every sample once.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 * sizing.py - size probes; layout.py and plan.py - pure planning (order, blocks, shards, todo);
 * table.py - the samples in pack order, which the tasks read; encode.py, shard_file.py, records.py -
   the task that writes one whole shard and its record;
-* executors.py, worker_pool.py - where tasks run; output.py - OUTPUT's states; progress.py - the
+* executors.py - where tasks run (on `corgi_io.processes` or Dask); output.py - OUTPUT's states; progress.py - the
   one progress line; columns.py - the manifest's columns, one at a time; pipeline.py - `pack`.
 """
 from corgi_io.packing.pipeline import pack

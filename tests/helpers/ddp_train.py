@@ -1,4 +1,4 @@
-"""Launched by tests/test_torchrun.py under `torchrun --nproc_per_node=2`: a tiny DDP model on CPU (gloo).
+"""Launched by tests/e2e/test_torchrun.py under `torchrun --nproc_per_node=2`: a tiny DDP model on CPU (gloo).
 
 Each rank trains for --epochs over a CorgiPileDataset in batch mode (the dataset yields collated
 batches of --batch-size; the DataLoader's batch_size is None) and writes its len(loader) and, per

@@ -1,6 +1,6 @@
-"""The reader's stages, each alone: read-ahead, split and buffer order (verify: tests/test_read_checks.py).
+"""The reader's stages, each alone: read-ahead, split and buffer order (verify: tests/reading/test_read_checks.py).
 
-The composition is tested in tests/test_piece_reader.py; here each stage gets plain inputs, so a
+The composition is tested in tests/reading/test_piece_reader.py; here each stage gets plain inputs, so a
 failure points at one stage.
 """
 from __future__ import annotations

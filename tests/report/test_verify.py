@@ -1,6 +1,6 @@
 """`corgi verify`: exit 0 on an intact pack; name the shard and byte offset of damage otherwise.
 
-Each test here damages one place; tests/test_verify_report.py covers many problems, sidecars and --jobs.
+Each test here damages one place; tests/report/test_verify_report.py covers many problems, sidecars and --jobs.
 """
 from __future__ import annotations
 
