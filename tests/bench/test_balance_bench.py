@@ -1,6 +1,8 @@
 """Smoke test of bench/balance.py: a small run prints the plan lines per case with target markers."""
 from __future__ import annotations
 
+import pytest
+
 import re
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from helpers.corpus_factory import make_image_corpus
 BENCH = Path(__file__).parents[2] / "bench" / "balance.py"
 
 
+@pytest.mark.slow
 def test_balance_bench_small_run(tmp_path, corgi):
     make_image_corpus(tmp_path / "src", 24, seed=1)
     assert corgi("pack", tmp_path / "src", tmp_path / "out", "--block-samples", "4", "--workers", "1").exit_code == 0

@@ -2,6 +2,8 @@
 and count balance reads no per-sample sizes."""
 from __future__ import annotations
 
+import pytest
+
 import re
 import subprocess
 import sys
@@ -10,6 +12,7 @@ from pathlib import Path
 BENCH = Path(__file__).parents[2] / "bench" / "plan_scale.py"
 
 
+@pytest.mark.slow
 def test_plan_scale_small_run():
     result = subprocess.run([sys.executable, BENCH, "--samples", "3e4", "2e5", "--world-sizes", "4", "32",
                              "--workers", "2", "--block-samples", "256"], capture_output=True, text=True, timeout=120)

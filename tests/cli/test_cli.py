@@ -42,6 +42,7 @@ def one_line(result) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt,workers", [("wds", 1), ("wds", 2), ("tfrecord", 1)])
 def test_bad_inputs_are_skipped_with_warning_and_recorded(tmp_path, corgi, fmt, workers):
     good = make_bad_corpus(tmp_path / "src")
@@ -79,6 +80,7 @@ def test_strict_fails_on_each_kind_of_bad_input(tmp_path, corgi, bad):
     assert not list(out.glob(".shard-*")), "a temporary shard was left behind"
 
 
+@pytest.mark.slow
 def test_strict_with_workers(tmp_path, corgi):
     make_bad_corpus(tmp_path / "src")
     out = tmp_path / "out"
@@ -138,6 +140,7 @@ def test_missing_source(tmp_path, corgi):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_missing_source_console_script(tmp_path):
     proc = subprocess.run(["corgi", "pack", str(tmp_path / "nowhere"), str(tmp_path / "out")],
                           capture_output=True, text=True)
@@ -226,6 +229,7 @@ def test_stats_of_missing_dataset(tmp_path, corgi):
 
 # --- import hygiene -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_pack_stats_verify_and_both_formats_do_not_import_torch():
     code = ("import sys, corgi_io.cli, corgi_io.packing, corgi_io.report.stats, corgi_io.report.verify, corgi_io.report.plan; "
             "from corgi_io import open_manifest, pack, PackOptions, verify; "
@@ -235,6 +239,7 @@ def test_cli_pack_stats_verify_and_both_formats_do_not_import_torch():
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_corgi_help_lists_commands():
     proc = subprocess.run(["corgi", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0

@@ -135,6 +135,7 @@ def test_missing_dataset_gives_one_line_error(tmp_path, corgi):
     assert len(result.stderr.strip().splitlines()) == 1 and "no manifest" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_plan_does_not_import_torch(packed):
     code = ("import sys; from corgi_io.cli import main; "
             f"main(['plan', {str(packed)!r}, '--world-size', '2', '--batch-size', '4'], standalone_mode=False); "

@@ -31,10 +31,12 @@ def heavy_modules_after(code: str) -> list[str]:
     return json.loads(run_python(f"{code}\n{LOADED_HEAVY.format(heavy=HEAVY)}").splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_corgi_io_loads_nothing_heavy():
     assert heavy_modules_after("import corgi_io, corgi_io.cli") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["stats", "--help"], ["plan", "--help"], ["verify", "--help"]])
 def test_corgi_help_loads_nothing_heavy(argv):
     code = (f"import sys; from corgi_io.cli import main; sys.argv = ['corgi', *{argv!r}]\n"
@@ -54,6 +56,7 @@ def test_public_names_resolve_lazily_to_the_library_objects():
         corgi_io.no_such_name
 
 
+@pytest.mark.slow
 def test_no_public_function_hides_a_submodule_of_the_same_name():
     run_python("import inspect, pkgutil, corgi_io, corgi_io.report.verify, corgi_io.packing as packing\n"
                "modules = {m.name for m in pkgutil.iter_modules(corgi_io.__path__)}\n"

@@ -299,6 +299,7 @@ def negative_for_text(path):
 '''
 
 
+@pytest.mark.slow
 def test_size_fn_in_subprocess_with_workers(tmp_path, mixed_corpus):
     root, expected = mixed_corpus
     (tmp_path / "mods").mkdir()
@@ -358,6 +359,7 @@ def pack_files(out: Path) -> dict:
     return files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["wds", "tfrecord"])
 def test_shuffle_is_reproducible_and_workers_do_not_change_bytes(packed_mixed, mixed_corpus, corgi, tmp_path, fmt):
     root, _ = mixed_corpus

@@ -147,6 +147,7 @@ ENCODE_ONE = ("import sys; sys.modules['torch'] = None\n"  # keeps the stock tfr
               "print(b''.join(parts).hex())\n")
 
 
+@pytest.mark.slow
 def test_tfrecord_records_are_identical_across_processes():
     import subprocess
     import sys

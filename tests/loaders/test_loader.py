@@ -237,6 +237,7 @@ def interleave(*streams):
     return [x for group in zip_longest(*streams) for x in group if x is not None]
 
 
+@pytest.mark.slow
 def test_dataloader_workers_per_rank_match_the_plan(packed):
     """A real DataLoader(num_workers=2) per rank: counts equal, union complete, order = plan."""
     world, seen = 3, Counter()
@@ -440,6 +441,7 @@ def pil_facts(image):
     return (image.size[1], image.size[0]), image.mode, np.asarray(image)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decode, facts", [("rgb", rgb_facts), ("pil", pil_facts)], ids=["rgb", "pil"])
 def test_dataloader_decodes_every_image_exactly(image_pack, decode, facts):
     path, originals = image_pack
@@ -462,6 +464,7 @@ def test_rgb_decode_without_transform_is_hwc_uint8(image_pack):
         assert np.array_equal(s["data"].numpy(), want)
 
 
+@pytest.mark.slow
 def test_dataloader_decodes_text_with_a_transform(text_pack):
     path, texts = text_pack
     ds = CorgiPileDataset(path, buffer_blocks=2, decode="text", transform=shout)

@@ -16,6 +16,7 @@ from corgi_io.loaders import CorgiPileDataset  # noqa: E402
 from helpers.corpus_factory import write_text  # noqa: E402
 
 
+@pytest.mark.slow
 def test_loaders_without_torch_say_how_to_install_it():
     code = "import sys; sys.modules['torch'] = None\nimport corgi_io.loaders"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

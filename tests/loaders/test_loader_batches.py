@@ -50,6 +50,7 @@ def check_epoch(ranks, world: int, batch_size: int, drop_last: bool = False):
         assert len(seen) == N_TEXTS and sum(seen.values()) - N_TEXTS == world * per_rank - N_TEXTS  # padding only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 3])
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
 @pytest.mark.parametrize("workers", [0, 1, 2, 3])
@@ -57,11 +58,13 @@ def test_len_is_the_batches_that_come_out_on_every_rank(texts, workers, batch_si
     check_epoch(run_ranks(texts, world, workers, batch_size), world, batch_size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", ["block", "window", "none", "full"])
 def test_every_shuffle_mode_batches_with_a_true_len(texts, shuffle):
     check_epoch(run_ranks(texts, 3, 2, 7, shuffle=shuffle), 3, 7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 3])
 def test_drop_last_drops_each_ranks_partial_batch(texts, workers):
     check_epoch(run_ranks(texts, 3, workers, 7, drop_last=True), 3, 7, drop_last=True)
@@ -73,6 +76,7 @@ def test_the_worker_split_is_whole_batches_but_one(texts):
     assert counts == [96 - 24, 64, 64] and len(ds) == 7
 
 
+@pytest.mark.slow
 def test_raw_bytes_cross_two_workers_as_one_buffer(texts):
     expected = {s["key"]: s["data"] for s in CorgiPileDataset(texts)}
     ds = CorgiPileDataset(texts, batch_size=16)
@@ -110,6 +114,7 @@ def resize_to_16(image: torch.Tensor) -> np.ndarray:
     return np.asarray(Image.fromarray(image.numpy()).resize((16, 16)))
 
 
+@pytest.mark.slow
 def test_decoded_images_stack_with_a_fixed_size_transform(images):
     ds = CorgiPileDataset(images, batch_size=5, decode="rgb", transform=resize_to_16)
     batches = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60))

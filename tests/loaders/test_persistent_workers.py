@@ -53,6 +53,7 @@ def fresh_loader_epochs(path) -> list:
     return epochs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_persistent_workers_yield_each_epoch_set_after_they_started(text_pack, start_method):
     expected = fresh_loader_epochs(text_pack)
@@ -69,6 +70,7 @@ def test_persistent_workers_yield_each_epoch_set_after_they_started(text_pack, s
     assert len(worker_pids) == WORKERS  # the same two workers served every epoch
 
 
+@pytest.mark.slow
 def test_an_epoch_given_before_the_workers_start_is_kept_until_set_epoch(text_pack):
     """A copy keeps a value set on its own (as a restored state does) until the main process publishes again."""
     expected = fresh_loader_epochs(text_pack)

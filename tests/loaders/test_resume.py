@@ -115,6 +115,7 @@ def state_after(root, n: int, workers: int, epoch=1, **options) -> dict:
     raise AssertionError("the epoch is shorter than n batches")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("options", [{}, {"batch_size": 4}, {"shuffle": "window"}, {"shuffle": "full"},
                                      {"shuffle": "window", "batch_size": 4}])
@@ -141,6 +142,7 @@ def test_a_state_saved_at_the_end_of_an_epoch_resumes_to_nothing_then_the_next_e
     assert sum(len(keys_of(b)) for b in loader(again, 0)) == sum(len(b) for b in everything)
 
 
+@pytest.mark.slow
 def test_resume_in_a_new_process(packed, tmp_path):
     saved = state_after(packed, 7, 2, batch_size=4)
     (tmp_path / "state.json").write_text(json.dumps(saved))
@@ -201,6 +203,7 @@ def run_world(root, world: int, workers: int, batches: int | None, saved=None, e
     return keys, state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old,new", [((2, 2), (3, 2)), ((4, 2), (2, 0)), ((3, 2), (3, 0)), ((2, 0), (3, 2))])
 @pytest.mark.parametrize("options", [{}, {"batch_size": 4}, {"batch_size": 4, "shuffle": "block"}])
 def test_elastic_resume_yields_every_remaining_sample_once_with_equal_steps(packed, old, new, options):
@@ -226,6 +229,7 @@ def test_a_dataset_that_iterated_still_pickles_for_spawn_workers(packed):
     assert [s["key"] for s in copy] == first
 
 
+@pytest.mark.slow
 def test_a_state_saved_before_the_resumed_epoch_runs_keeps_the_resume_point(packed):
     before, saved = run_world(packed, 2, 2, 5)
     ds = CorgiPileDataset(packed, rank=0, world_size=3)

@@ -149,6 +149,7 @@ def test_video_decoder_options_are_checked():
         VideoDecoder(max_pixels=0)
 
 
+@pytest.mark.slow
 def test_random_clips_are_the_same_in_dataloader_workers_as_in_process(video_pack):
     root, _ = video_pack
     dataset = CorgiPileDataset(root, decode=VideoDecoder(frames=4, clip="random"), seed=5)

@@ -164,6 +164,7 @@ def test_ranged_column_whole_column_operations(column):
         pickle.dumps(ranged)
 
 
+@pytest.mark.slow
 def test_remote_open_reads_headers_and_tables_and_rows_on_demand(pack, http_root):
     directory, base_url = http_root
     shutil.copytree(pack, directory / "lazy-pack", dirs_exist_ok=True)

@@ -191,6 +191,7 @@ def _files_under(folder: Path) -> set:
     return {os.path.relpath(os.path.join(d, f), folder) for d, _, files in os.walk(folder) for f in files}
 
 
+@pytest.mark.slow
 def test_tar_shards_extract_inside_the_folder(tmp_path, corgi):
     """Python's tarfile with filter="data" and GNU tar both put every member inside the target folder."""
     for n, source in enumerate(_hostile_sources(tmp_path)):
@@ -233,6 +234,7 @@ def test_non_utf8_and_control_names_are_escaped_and_packed(tmp_path, corgi):
     assert stored == {b"c\xe9/" + name[:-4]: n for name, n in names.items()}  # keys decode to the exact names
 
 
+@pytest.mark.slow
 def test_fifo_socket_device_and_symlinks_in_a_folder_walk(tmp_path, monkeypatch):
     src = tmp_path / "src"
     write_text(src / "a" / "ok.txt", 3)
@@ -264,6 +266,7 @@ def test_fifo_socket_device_and_symlinks_in_a_folder_walk(tmp_path, monkeypatch)
     assert "not a regular file" in line or "cannot stat" in line
 
 
+@pytest.mark.slow
 def test_fifo_in_a_listing_does_not_hang(tmp_path):
     write_text(tmp_path / "ok.txt", 3)
     os.mkfifo(tmp_path / "pipe.txt")

@@ -28,6 +28,7 @@ from helpers.corpus_factory import write_listing, write_text
 
 # --- public names ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_pack_is_a_function_and_no_submodule_hides_behind_it():
     assert inspect.isfunction(corgi_io.pack) and corgi_io.pack is corgi_io.packing.pack
     assert corgi_io.PackOptions is corgi_io.packing.PackOptions
@@ -158,6 +159,7 @@ def square_and_report(task: int) -> int:
     return task * task
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 3])
 def test_local_executor_runs_every_task_and_relays_progress(workers):
     heard = []
@@ -167,6 +169,7 @@ def test_local_executor_runs_every_task_and_relays_progress(workers):
     assert sum(s for s, _ in heard) == 20 and sum(b for _, b in heard) == sum(range(20))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_local_executor_raises_the_first_failure(workers):
     with LocalExecutor(workers) as executor, pytest.raises(PackError, match="task -1 failed"):
@@ -196,6 +199,7 @@ def test_one_progress_line_covers_every_phase(tmp_path, monkeypatch):
     assert "30.0file" in shown.replace(" ", "") and "MB/s" in shown
 
 
+@pytest.mark.slow
 def test_skipped_inputs_at_write_time_are_warned_and_recorded(tmp_path, corgi):
     write_text(tmp_path / "src" / "a" / "ok.txt", 3)
     (tmp_path / "src" / "a" / "latin1.txt").write_bytes("café".encode("latin-1"))

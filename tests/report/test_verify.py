@@ -68,6 +68,7 @@ def test_intact_pack_verifies(pack_copy, corgi):
     assert report == {"ok": True, "samples_checked": n, "total_problems": 0, "problems": []}
 
 
+@pytest.mark.slow
 def test_console_script_exit_codes(pack_copy):
     fmt, out = pack_copy
     assert subprocess.run(["corgi", "verify", str(out)], capture_output=True).returncode == 0

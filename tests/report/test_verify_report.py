@@ -207,6 +207,7 @@ def test_a_shard_replaced_by_a_folder_is_reported_not_raised(pack_copy):
     assert not report.ok and {p.shard for p in report.problems} == {m.shards[0].path}
 
 
+@pytest.mark.slow
 def test_jobs_give_the_same_report(pack_copy):
     fmt, out = pack_copy
     m = open_manifest(out)
@@ -219,6 +220,7 @@ def test_jobs_give_the_same_report(pack_copy):
     assert verify(out, progress=False, jobs=3) == verify(out, progress=False)
 
 
+@pytest.mark.slow
 def test_json_shape(pack_copy, corgi):
     fmt, out = pack_copy
     flip_payloads(out, [0])

@@ -352,6 +352,7 @@ def test_exists_raises_on_5xx_past_the_budget_and_on_403_at_once():
         assert storage.retried == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["urllib3", "fsspec"])
 def test_retry_survives_server_restart(tmp_path, backend):
     """nginx goes down; the read retries and succeeds once it is back on the same port."""
