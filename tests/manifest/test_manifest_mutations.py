@@ -810,6 +810,7 @@ def test_cli_reports_untrusted_manifests_in_one_line(v2, corgi, mutation):
         assert result.exit_code == 1 and len(lines) == 1 and f"{v2.root}/" in lines[0], result.stderr
 
 
+@pytest.mark.slow
 def test_remote_column_larger_than_declared_is_not_downloaded(targets, http_root):
     """Over HTTP a column is read whole, so its size is asked first: 64 MiB where 12 rows are declared is refused."""
     directory, base_url = http_root
