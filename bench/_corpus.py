@@ -25,7 +25,8 @@ WIDTHS = {"lognormal": lognormal_widths, "mixture": mixture_widths}
 def make_jpeg_corpus(root, n: int = 3000, classes: int = 10, seed: int = 0, widths: str = "lognormal") -> Path:
     """Write `n` JPEGs into `root/class_k/` (reused if already there), widths drawn by `WIDTHS[widths]`."""
     root = Path(root)
-    marker = root / (f".complete-{n}-{classes}-{seed}" + ("" if widths == "lognormal" else f"-{widths}"))
+    # beside the corpus, not in it: a hidden file inside would be a skipped input of every pack of it
+    marker = root.with_name(root.name + f".complete-{n}-{classes}-{seed}" + ("" if widths == "lognormal" else f"-{widths}"))
     if marker.exists():
         return root
     rng = np.random.default_rng(seed)

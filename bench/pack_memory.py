@@ -52,7 +52,7 @@ print(manifest.num_samples, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss *
 
 def make_tiny_corpus(root: Path, count: int) -> Path:
     """`count` 1 KB text files in CLASSES folders (reused when complete)."""
-    marker = root / f".complete-{count}"
+    marker = root.with_name(f"{root.name}.complete-{count}")  # beside the corpus: packs would skip a file inside
     if marker.exists():
         return root
     shutil.rmtree(root, ignore_errors=True)
