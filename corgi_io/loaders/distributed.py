@@ -1,11 +1,16 @@
 """Where this process stands in distributed training: rank, world size and DataLoader worker."""
 from __future__ import annotations
 
+import warnings
+
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError
+from corgi_io.schedule import fit_cost
+
+_warned_static_fallback = False
 
 
 def rank_and_world(rank=None, world_size=None) -> tuple:
@@ -49,3 +54,15 @@ def gather_cost_models(local, world_size: int):
     gathered = [None] * world_size
     dist.all_gather_object(gathered, local)
     return None if any(g is None for g in gathered) else [list(g) for g in gathered]
+
+
+def agree_cost_models(steps: tuple, world_size: int):
+    """Every rank's (a, b) fitted from its own observed `steps` (size sums, sample counts, seconds), the same on
+    all ranks; None (size balance this epoch, warned once per process) without a process group or fits."""
+    global _warned_static_fallback
+    cost_model = gather_cost_models(fit_cost(*steps), world_size)
+    if cost_model is None and world_size > 1 and not _warned_static_fallback:
+        _warned_static_fallback = True
+        warnings.warn("balance='dynamic' has no process group or no measured steps yet; "
+                      "using static size balance this epoch", stacklevel=3)
+    return cost_model
