@@ -4,12 +4,11 @@ Per epoch: the planning core (`corgi_io.schedule`) orders the blocks, gives ever
 the same number of samples, splits a rank's share among DataLoader workers, and groups
 each worker's pieces into shuffle buffers.  `PieceReader` then reads each piece with one
 ranged read, ahead of the consumer, and the samples come out in the plan's order.  The
-dataset holds its checked options (`spec`, frozen) and the epoch's `EpochPlanner` (built
-once per epoch); the plans and the resume arithmetic are the planning core's.
+dataset holds its checked options (`spec`, frozen) and the epoch's `EpochPlanner`.
 """
 from __future__ import annotations
 
-import itertools
+import functools
 import os
 from dataclasses import fields, replace
 from operator import attrgetter
@@ -18,16 +17,16 @@ import torch
 
 from corgi_io.manifest import open_manifest
 from corgi_io.reading import PieceReader
-from corgi_io.schedule import (BlockTable, EpochPlanner, block_owners, find_states, merge_states, pack_fingerprint,
-                               resumed_plan, worker_state)
+from corgi_io.schedule import BlockTable, EpochPlanner, block_owners, find_states, merge_states, pack_fingerprint
 from corgi_io.errors import ResumeError
 from corgi_io.storage import open_storage
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
-from corgi_io.loaders.distributed import agree_cost_models, rank_and_world, worker_and_count
-from corgi_io.loaders.on_error import SamplePreparer, batch_survivors
+from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
+from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, check_options
+from corgi_io.loaders.progress import Progress
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
 
@@ -39,46 +38,33 @@ def block_table(manifest) -> BlockTable:
 class CorgiPileDataset(torch.utils.data.IterableDataset):
     """Samples of a pack as dicts ``{"index", "key", "label", "size", "kind", "ext", "data"}``, CorgiPile-shuffled.
 
-    `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only),
-    "window" (the tf.data/webdataset baseline: a sliding shuffle buffer holding as many
-    samples as `buffer_blocks` blocks, over the stored order), "none" (stored order), or
-    "full" (per-sample random access, one read per sample).
-    `buffer_blocks` pieces form one shuffle buffer; `prefetch_blocks` more are read ahead.
-    `decode`: None (bytes), "pil", "rgb", "text", "video" (8-frame clips), "auto" (by each
-    sample's kind), or a callable(data, sample) such as `VideoDecoder(frames=16, clip="random")`
-    (see `corgi_io.loaders.decode`); `transform` then maps the decoded data.  "pil", "rgb" and
-    "video" refuse images (clips: frames x H x W) above `max_pixels` (Pillow's limit by default)
-    before decoding them, and the built-in decoders of one kind refuse samples of another kind.
-    A decode failure is a DecodeError naming the shard, byte offset and key; `on_error="raise"`
-    (default) raises it, `on_error="skip"` (needs `batch_size`) drops the sample with a warning
-    and yields its batch one sample shorter, and raises only for a batch whose every sample
-    fails (`corgi_io.loaders.on_error`).  Every rank yields exactly `len(self)` items per epoch
-    (samples, or batches).  Arguments are checked here, before any read (ArgumentError).
+    `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only), "window" (the
+    tf.data/webdataset baseline: a sliding buffer of as many samples as `buffer_blocks` blocks, over the stored
+    order), "none" (stored order), or "full" (one read per sample).  `buffer_blocks` pieces form one shuffle buffer;
+    `prefetch_blocks` more are read ahead.  `decode`: None (bytes), "pil", "rgb", "text", "video" (8-frame clips),
+    "auto" (by each sample's kind), or a callable(data, sample) such as `VideoDecoder(frames=16, clip="random")`
+    (`corgi_io.loaders.decode`); `transform` then maps the decoded data.  Images (clips: frames x H x W) above
+    `max_pixels` (Pillow's limit by default), and samples of another kind than a built-in decoder's, are refused
+    before decoding.  A decode failure is a DecodeError naming the shard, byte offset and key: `on_error="raise"`
+    (default) raises it, "skip" (needs `batch_size`) drops the sample with a warning, its batch one sample shorter,
+    and raises only for a batch whose every sample fails (`corgi_io.loaders.on_error`).  `verify_reads` (on by
+    default) checks each shard's size on its first read and every record's checksum: a mismatch raises
+    CorruptDataError naming the shard, byte offset and key, before that sample is yielded.
 
-    `verify_reads` (on by default) checks each shard's size on its first read and every
-    record's checksum before the sample is yielded: a mismatch raises CorruptDataError naming
-    the shard, byte offset and key, before that sample or any later one is yielded.
+    `balance`: "count" (equal samples), "size" (equal samples and size sums), or "dynamic" (equal samples, size
+    budgets proportional to each rank's measured speed: report steps with `observe`; ranks exchange their fits at
+    `set_epoch`).  "size" and "dynamic" balance every step's batch (an epoch balanced only in its sums steps slower
+    than count balance), so they need `batch_size` (and shuffle "corgipile").  `partitions` maps rank -> shard paths
+    so a rank reads only its own shards (node-local data); counts stay equal.
 
-    `balance`: "count" (equal samples), "size" (equal samples and equal size sums), or
-    "dynamic" (equal samples, size budgets proportional to each rank's measured speed:
-    report steps with `observe`; ranks exchange their fits at `set_epoch`).  "size" and
-    "dynamic" need `batch_size` (and shuffle "corgipile"): they balance every step's batch;
-    an epoch balanced only in its sums has steps slower than count balance's.
-    `partitions` maps rank -> shard paths so a rank reads only its own shards (node-local
-    data); counts stay equal.
-
-    Batches: with `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)`
-    (default `collate_samples`: equal-shape arrays stacked, so decode to a fixed size with a
-    resize `transform`), and `len(self)` is the batches per rank, ``ceil(samples / B)``, or
-    ``floor`` with `drop_last` (which then also drops each rank's partial batch).  Use it as
-    ``DataLoader(dataset, batch_size=None, num_workers=K)``: every worker gets whole batches
-    but at most one per rank, so `len(loader)` is the number of batches that come out and every
-    rank steps the same number of times.  Under "corgipile" the batches are size-balanced
-    inside each buffer; in the other modes they are runs of consecutive samples.  One batch
-    crosses the worker queue as one object (raw bytes as one buffer, `PackedBytes`).
-    Without `batch_size`, `DataLoader(dataset, batch_size=B, num_workers=K)` batches each
-    worker's samples separately: each worker may end with a partial batch, so up to K - 1 more
-    batches come out than `len(loader)` says; pass `batch_size` to the dataset instead.
+    With `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)` (default `collate_samples`:
+    equal-shape arrays stacked, so decode to a fixed size with a resize `transform`; raw bytes cross the worker
+    queue as one `PackedBytes` buffer), size-balanced inside each buffer under "corgipile", runs of samples
+    otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
+    (at most one partial per rank), so every rank steps `len(self)` times, ``ceil(samples / B)`` (``floor`` with
+    `drop_last`, which drops the partial batch).  A DataLoader's own `batch_size` batches each worker separately: up
+    to K - 1 more batches than `len(loader)` says.  Every rank yields exactly `len(self)` items (samples, or
+    batches) per epoch.  Arguments are checked here, before any read (ArgumentError).
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
@@ -98,21 +84,16 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         m = self.manifest = open_manifest(source, self.spec.storage_options)
         self.block_owner = None if partitions is None else \
             block_owners(partitions, [shard.path for shard in m.shards], m.blocks.shard)
-        self._epoch_spec = self.spec.epoch_spec(self.world_size, block_table(m))  # the plans' options but the epoch
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
         self._planner = None             # the EpochPlanner of (epoch, cost_model), built on first use
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
-        self._steps = ([], [], [])       # this rank's observed (size sum, samples, seconds) per step
+        self._steps = StepLog()          # this rank's observed steps this epoch
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the PieceReader of the latest iteration in this process (for its counters)
-        self._fingerprint = None  # of the pack, for resume states
-        self._resume = None      # a merged saved state, applied by the next iteration of its epoch
-        self._progress = None    # (epoch, finished segments, world, workers, worker) of this process's iteration
-        self._yielded = 0        # samples that iteration has yielded, counting those a resume skipped
+        self._progress = Progress()  # this process's place in the epoch, and a loaded state not yet resumed
 
     def __getstate__(self):
-        """What DataLoader workers (spawn, forkserver) and copies get: no open storage, no last reader (locks), and
-        the planner without its block table: the manifest's columns travel as the manifest, which reopens them."""
+        """For spawn workers and copies: no storage, no reader (locks), no table (the manifest reopens its columns)."""
         planner = None if self._planner is None else replace(self._planner, table=None)
         return {**self.__dict__, "_storage": None, "_storage_pid": None, "last_reader": None, "_planner": planner}
 
@@ -136,27 +117,24 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         loaded state, an epoch published to a worker), so each rank's pieces are planned once per epoch."""
         planner = self._planner
         if planner is None or planner.spec.epoch != self.epoch or planner.cost_model is not self.cost_model:
-            self._planner = EpochPlanner.of_epoch(block_table(self.manifest), self._epoch_spec, self.epoch,
-                                                  batch_size=self.spec.batch_size, cost_model=self.cost_model,
-                                                  owner=self.block_owner)
+            self._planner = self.spec.planner(block_table(self.manifest), self.world_size, self.epoch,
+                                              self.cost_model, self.block_owner)
         return self._planner
 
     def observe(self, seconds: float, sizes) -> None:
         """Report one training step of this rank: its wall time and the sizes of its batch (for balance="dynamic")."""
-        sizes = sizes.tolist() if hasattr(sizes, "tolist") else list(sizes)
-        for column, value in zip(self._steps, (sum(sizes), len(sizes), float(seconds))):
-            column.append(value)
+        self._steps.add(seconds, sizes)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose block order and shuffles the next iteration uses.
 
-        With balance="dynamic", all ranks must call it together: they exchange their fitted
-        speeds through torch.distributed.  DataLoader workers, persistent ones included, take
-        the new epoch and cost model from shared memory when they start the next iteration.
+        With balance="dynamic", all ranks must call it together: they exchange their fitted speeds through
+        torch.distributed.  DataLoader workers, persistent ones included, take the new epoch and cost model
+        from shared memory when they start the next iteration.
         """
         self.epoch = int(epoch)
         if self.spec.balance == "dynamic":
-            self.cost_model, self._steps = agree_cost_models(self._steps, self.world_size), ([], [], [])
+            self.cost_model = self._steps.agree(self.world_size)
         self._shared_epoch.publish(self.epoch, self.cost_model)
         self.rank_pieces()  # plan this rank once, here: workers started after this inherit it
 
@@ -179,58 +157,35 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     # --- resume: state_dict / load_state_dict in the torchdata StatefulDataLoader convention -----------------
 
+    @functools.cached_property
     def _identity(self) -> dict:
-        """What a saved state must agree on to resume this dataset (the world size and workers may differ)."""
-        if self._fingerprint is None:  # O(shards): once per dataset
-            m = self.manifest
-            self._fingerprint = pack_fingerprint(m.format, m.checksum, m.options, m.shards)
-        return self.spec.identity(self._fingerprint, partitioned=self.block_owner is not None)
+        """What a saved state must agree on to resume this dataset (the world size and workers may differ); once
+        per dataset, as the pack's fingerprint costs O(shards)."""
+        m = self.manifest
+        fingerprint = pack_fingerprint(m.format, m.checksum, m.options, m.shards)
+        return self.spec.identity(fingerprint, partitioned=self.block_owner is not None)
 
     def state_dict(self) -> dict:
         """This process's progress through the epoch as small JSON data (StatefulDataLoader collects it per worker)."""
-        if self._resume is not None and self._progress is None:  # loaded, not yet resumed: save the same point
-            r = self._resume
-            return {"pending": [worker_state(self._identity(), r["epoch"], r["finished"], r["world_size"],
-                                             r["num_workers"], worker, count) for worker, count in r["yielded"].items()]}
-        if self._progress is None:  # not iterated yet in this process (a worker that has yielded nothing)
-            worker, workers = worker_and_count()
-            self._progress, self._yielded = (self.epoch, [], self.world_size, workers, worker), 0
-        return worker_state(self._identity(), *self._progress, self._yielded)
+        return self._progress.state(self._identity, self.epoch, self.world_size)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from a state saved by `state_dict`, or from a whole `StatefulDataLoader.state_dict()` of any one rank.
 
-        The next iteration of the saved epoch continues it: exactly where it stopped when the
-        world size and worker count are the same, else with the samples no rank yielded, spread
-        over the new world (docs/algorithms.md).  Raises ResumeError for a state of another
-        pack, seed, shuffle, balance, batch size or buffer size.
+        The next iteration of the saved epoch continues it: exactly where it stopped when the world size and
+        worker count are the same, else with the samples no rank yielded, spread over the new world
+        (docs/algorithms.md).  ResumeError for a state of another pack, seed, shuffle, balance, batch size or
+        buffer size.
         """
-        merged = merge_states(find_states(state), self._identity())
+        merged = merge_states(find_states(state), self._identity)
         if merged["world_size"] != self.world_size and self.block_owner is not None:
             raise ResumeError("partitions= pins shards to ranks: resume it with the same world size")
-        self._resume = merged
-        self.epoch = merged["epoch"]
-
-    def _resumed_plan(self, worker: int, num_workers: int) -> tuple:
-        """(buffer plan, finished segments, yielded so far) of this worker this epoch; a loaded state of this
-        epoch is resumed by this iteration, and only by it."""
-        due = self._resume is not None and self._resume["epoch"] == self.epoch
-        resume, self._resume = (self._resume, None) if due else (None, self._resume)
-        if resume is None:
-            return self.plan(worker, num_workers), [], 0
-        return resumed_plan(self.planner, self.rank, worker, num_workers, resume)
+        self._progress.loaded, self.epoch = merged, merged["epoch"]
 
     def __iter__(self):
         """This worker's samples of the epoch, or its collated batches with `batch_size`."""
-        samples = self._samples()
-        return samples if self.spec.batch_size is None else self._batches(samples)
-
-    def _batches(self, samples):
-        """`collate_fn` of each run of `batch_size` samples; the worker's count is whole batches but for the
-        rank's last one.  `_yielded` counts samples: it is a batch boundary whenever a batch is out.
-        Under on_error="skip" a batch leaves out its samples that failed to decode."""
-        while batch := list(itertools.islice(samples, self.spec.batch_size)):
-            yield self.spec.collate_fn(batch_survivors(batch))
+        samples, spec = self._samples(), self.spec  # progress counts samples: a batch boundary when a batch is out
+        return samples if spec.batch_size is None else collated_batches(samples, spec.batch_size, spec.collate_fn)
 
     def _samples(self):
         """This worker's samples of the epoch, in the plan's order: read, decoded and transformed."""
@@ -239,21 +194,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         reader = PieceReader(self.manifest, self.storage, self.spec.prefetch_blocks, self.spec.read_threads,
                              verify=self.spec.verify_reads)
         self.last_reader = reader
-        plan, finished, self._yielded = self._resumed_plan(worker, num_workers)
-        self._progress = (self.epoch, finished, self.world_size, num_workers, worker)
+        plan = self._progress.start(self.planner, self.rank, worker, num_workers)
         decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # video clips follow (seed, epoch, index)
-        prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self._locate,
+        prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.manifest, self.storage,
                                  f"rank {self.rank} worker {worker}")
         for sample in reader.samples(plan):
-            self._yielded += 1
-            yield prepare(sample)  # under on_error="skip", a sample that failed is its DecodeError (see _batches)
+            self._progress.yielded += 1
+            yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
         prepare.finish()
-
-    def _locate(self, index: int) -> tuple:
-        """(shard URL, shard path, byte offset of the payload) of sample `index`, for error messages."""
-        m = self.manifest
-        path = m.shards[int(m.samples.shard[index])].path
-        return self.storage.url(path), path, int(m.samples.data_offset[index])
 
 
 for _option in fields(LoaderSpec):  # the options read as before (`ds.seed`, `ds.batch_size`...), from the spec
