@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule import BALANCES, SHUFFLES, BlockTable, EpochPlanner, EpochSpec, window_samples
+from corgi_io.schedule import BALANCES, SHUFFLES, BlockTable, EpochPlanner, loader_planner
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
@@ -37,15 +37,11 @@ class LoaderSpec:
     on_error: str
 
     def planner(self, table: BlockTable, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
-        """The pure planner of `epoch` for `world_size` ranks over the pack's blocks `table`, with these options
-        (see `EpochPlanner.of_epoch`).  Batches are composed inside buffers only where the shuffle can (CorgiPile)."""
-        composes = SHUFFLES[self.shuffle].composes_batches
-        spec = EpochSpec(world_size, seed=self.seed, balance=self.balance, drop_last=self.drop_last,
-                         shuffle=self.shuffle, buffer_pieces=self.buffer_blocks,
-                         window_samples=window_samples(table, self.buffer_blocks),
-                         batch_size=self.batch_size if composes else None)
-        return EpochPlanner.of_epoch(table, spec, epoch, batch_size=self.batch_size, cost_model=cost_model,
-                                     owner=owner)
+        """The pure planner of `epoch` for `world_size` ranks over the pack's blocks `table` with these options
+        (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them."""
+        return loader_planner(table, world_size, epoch, shuffle=self.shuffle, buffer_blocks=self.buffer_blocks,
+                              seed=self.seed, balance=self.balance, drop_last=self.drop_last,
+                              batch_size=self.batch_size, cost_model=cost_model, owner=owner)
 
     def identity(self, pack: str, partitioned: bool) -> dict:
         """What a saved resume state must agree on to resume a dataset of pack fingerprint `pack` with these

@@ -30,7 +30,7 @@ _EXPORTS = {  # public name -> its module, imported on first use
     "slowest_time": "cost",
     "unit_cost": "cost",
     "EpochPlanner": "epoch",
-    "window_samples": "epoch",
+    "loader_planner": "epoch",
     "BALANCES": "modes",
     "BALANCE_MODES": "modes",
     "SHUFFLES": "modes",

@@ -1,11 +1,12 @@
 """One epoch of a loader as a pure planner: a rank's pieces, a worker's share, a worker's buffer plan.
 
 `EpochPlanner` is what a loader builds once per epoch (and again only when the epoch or the
-cost model changes): the pack's `BlockTable`, the epoch's frozen `EpochSpec`, the cost model
-under dynamic balance and the block owners under partitions.  It plans each rank once and
-keeps the result, so every worker of a rank cuts its share from the same pieces.  For a
-resume (`corgi_io.schedule.resume`) it also plans the same epoch for another world, and the
-*remainder* of an interrupted epoch: runs of samples planned as if each were a block.
+cost model changes; `loader_planner` makes it from the loader's options): the pack's
+`BlockTable`, the epoch's frozen `EpochSpec`, the cost model under dynamic balance and the
+block owners under partitions.  It plans each rank once and keeps the result, so every worker
+of a rank cuts its share from the same pieces.  For a resume (`corgi_io.schedule.resume`) it
+also plans the same epoch for another world, and the *remainder* of an interrupted epoch:
+runs of samples planned as if each were a block.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from corgi_io.schedule.assign import rank_plan
-from corgi_io.schedule.modes import BALANCES
+from corgi_io.schedule.modes import BALANCES, SHUFFLES
 from corgi_io.schedule.order import block_order
 from corgi_io.schedule.pieces import block_pieces, piece_counts
 from corgi_io.schedule.spec import BlockTable, EpochSpec
@@ -45,15 +46,6 @@ class EpochPlanner:
     owner: np.ndarray | None = None  # per block its rank, under partitions
     runs: np.ndarray | None = None
     rank_cache: dict = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of_epoch(cls, table: BlockTable, spec: EpochSpec, epoch: int, *, batch_size: int | None = None,
-                 cost_model=None, owner=None) -> "EpochPlanner":
-        """The planner of `epoch` with `spec`'s other options.  A balance that needs a measured cost model
-        (dynamic) plans by size while there is none yet (the first epoch, or no process group)."""
-        unmeasured = BALANCES[spec.balance].measured_cost and cost_model is None
-        spec = replace(spec, epoch=int(epoch), balance="size" if unmeasured else spec.balance)
-        return cls(table, spec, batch_size, cost_model, owner)
 
     def for_world(self, world_size: int, runs: np.ndarray | None = None) -> "EpochPlanner":
         """The same epoch planned for `world_size` ranks (this planner itself for its own world), or, given
@@ -100,3 +92,19 @@ class EpochPlanner:
         else:
             samples = int(piece_counts(self.rank_pieces(rank)).sum())
         return samples if self.batch_size is None else batch_count(samples, self.batch_size, self.spec.drop_last)
+
+
+def loader_planner(table: BlockTable, world_size: int, epoch: int, *, shuffle: str, buffer_blocks: int, seed: int,
+                   balance: str, drop_last: bool, batch_size: int | None, cost_model=None, owner=None) -> EpochPlanner:
+    """The planner of one epoch of a loader with these options (`CorgiPileDataset`'s), over the pack's `table`.
+
+    The loader's batches are composed inside buffers only where the shuffle can (CorgiPile); elsewhere they
+    are runs of samples, still whole per worker.  A balance that needs a measured cost model (dynamic) plans
+    by size while there is none yet (the first epoch, or no process group).
+    """
+    unmeasured = BALANCES[balance].measured_cost and cost_model is None
+    spec = EpochSpec(world_size, seed=seed, epoch=int(epoch), balance="size" if unmeasured else balance,
+                     drop_last=drop_last, shuffle=shuffle, buffer_pieces=buffer_blocks,
+                     window_samples=window_samples(table, buffer_blocks),
+                     batch_size=batch_size if SHUFFLES[shuffle].composes_batches else None)
+    return EpochPlanner(table, spec, batch_size, cost_model, owner)
