@@ -17,7 +17,7 @@ import torch
 
 from corgi_io.manifest import open_manifest
 from corgi_io.reading import PieceReader
-from corgi_io.schedule import BlockTable, EpochPlanner, block_owners, find_states, merge_states, pack_fingerprint
+from corgi_io.schedule import EpochPlanner, block_owners, find_states, merge_states, pack_fingerprint
 from corgi_io.errors import ResumeError
 from corgi_io.storage import open_storage
 
@@ -25,14 +25,9 @@ from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
-from corgi_io.loaders.options import LoaderSpec, check_options
+from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.progress import Progress
 from corgi_io.loaders.shared_epoch import SharedEpoch
-
-
-def block_table(manifest) -> BlockTable:
-    """The planner's view of a pack: its block columns and per-sample sizes (the manifest's arrays, none read)."""
-    return BlockTable(manifest.blocks.first, manifest.blocks.count, manifest.blocks.size_sum, manifest.samples.size)
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
@@ -106,7 +101,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     @property
     def storage(self):
         """This process's Storage (DataLoader workers each open their own)."""
-        if self._storage is None or self._storage_pid != os.getpid():
+        if self._storage_pid != os.getpid():  # None in a new copy, another pid in a forked worker
             self._storage = open_storage(self.manifest.root, **self.spec.storage_options)
             self._storage_pid = os.getpid()
         return self._storage
@@ -115,10 +110,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def planner(self) -> EpochPlanner:
         """The pure planner of this epoch (and cost model): built once, when either changes (`set_epoch`, a
         loaded state, an epoch published to a worker), so each rank's pieces are planned once per epoch."""
-        planner = self._planner
-        if planner is None or planner.spec.epoch != self.epoch or planner.cost_model is not self.cost_model:
-            self._planner = self.spec.planner(block_table(self.manifest), self.world_size, self.epoch,
-                                              self.cost_model, self.block_owner)
+        planner = self._planner  # a worker's copy of the cost model is equal, not the same: compared as text
+        if planner is None or (planner.spec.epoch, repr(planner.cost_model)) != (self.epoch, repr(self.cost_model)):
+            self._planner = self.spec.planner(self.manifest, self.world_size, self.epoch, self.cost_model,
+                                              self.block_owner)
         return self._planner
 
     def observe(self, seconds: float, sizes) -> None:

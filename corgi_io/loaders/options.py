@@ -1,6 +1,6 @@
 """The checks of `CorgiPileDataset`'s arguments, made when it is built, before any read: a bad one fails at
 once with an ArgumentError naming it, not later (or differently) in every DataLoader worker.  What passes
-becomes the dataset's frozen `LoaderSpec`."""
+becomes the dataset's frozen `LoaderSpec`, which makes each epoch's planner over the pack's `block_table`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,12 +36,13 @@ class LoaderSpec:
     max_pixels: int | None
     on_error: str
 
-    def planner(self, table: BlockTable, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
-        """The pure planner of `epoch` for `world_size` ranks over the pack's blocks `table` with these options
+    def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
+        """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
         (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them."""
-        return loader_planner(table, world_size, epoch, shuffle=self.shuffle, buffer_blocks=self.buffer_blocks,
-                              seed=self.seed, balance=self.balance, drop_last=self.drop_last,
-                              batch_size=self.batch_size, cost_model=cost_model, owner=owner)
+        return loader_planner(block_table(manifest), world_size, epoch, shuffle=self.shuffle,
+                              buffer_blocks=self.buffer_blocks, seed=self.seed, balance=self.balance,
+                              drop_last=self.drop_last, batch_size=self.batch_size, cost_model=cost_model,
+                              owner=owner)
 
     def identity(self, pack: str, partitioned: bool) -> dict:
         """What a saved resume state must agree on to resume a dataset of pack fingerprint `pack` with these
@@ -49,6 +50,11 @@ class LoaderSpec:
         return {"pack": pack, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance,
                 "drop_last": self.drop_last, "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
                 "partitioned": partitioned}
+
+
+def block_table(manifest) -> BlockTable:
+    """The planner's view of a pack: its block columns and per-sample sizes (the manifest's arrays, none read)."""
+    return BlockTable(manifest.blocks.first, manifest.blocks.count, manifest.blocks.size_sum, manifest.samples.size)
 
 
 def check_options(**options) -> LoaderSpec:

@@ -13,6 +13,10 @@ block-level placement every rank computes alike), once per epoch, and hands
 each worker its share. A piece is a row ``(block, start, stop)``: a contiguous
 range of global sample ids inside one block, read with one ranged read. See
 docs/algorithms.md.
+
+A loader holds one `EpochPlanner` per epoch (`loader_planner`: the three cuts,
+each rank's pieces kept once planned); `resumed_plan` continues an interrupted
+epoch from a saved state, in the same world or another one.
 """
 from __future__ import annotations
 

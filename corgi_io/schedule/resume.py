@@ -16,6 +16,9 @@ says what the whole world consumed.
   run were a block (equal counts per rank, the usual padding rule), so it is still read by
   ranged reads of runs, never sample by sample.  A later interruption adds a segment.
 
+`resumed_plan` gives one worker its plan from a merged state, over the epoch's `EpochPlanner`
+(`remaining_pieces`: what the finished segments left; `segment_consumed`: what one of them yielded).
+
 The state of a worker is small JSON: the pack's fingerprint, the options that decide the
 order, the epoch, the finished segments `[(W, K, yielded per worker)]` and the current one.
 """
