@@ -68,6 +68,7 @@ class EpochPlanner:
         return self.rank_cache[rank]
 
     def _plan_rank(self, rank: int) -> np.ndarray:
+        """Rank `rank`'s pieces of the epoch, or of the remainder (its runs' rows mapped back to the pack's blocks)."""
         if self.runs is None:
             return rank_plan(self.table, self.spec, rank, cost_model=self.cost_model, owner=self.owner)
         runs = self.runs
