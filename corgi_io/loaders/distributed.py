@@ -1,11 +1,16 @@
 """Where this process stands in distributed training: rank, world size and DataLoader worker."""
 from __future__ import annotations
 
+import warnings
+
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError
+from corgi_io.schedule import fit_cost
+
+_warned_static_fallback = False
 
 
 def rank_and_world(rank=None, world_size=None) -> tuple:
@@ -49,3 +54,29 @@ def gather_cost_models(local, world_size: int):
     gathered = [None] * world_size
     dist.all_gather_object(gathered, local)
     return None if any(g is None for g in gathered) else [list(g) for g in gathered]
+
+
+
+class StepLog:
+    """This rank's observed training steps since the last epoch boundary, for balance="dynamic"."""
+
+    def __init__(self):
+        self.columns = ([], [], [])  # per step: size sum, samples, seconds
+
+    def add(self, seconds: float, sizes) -> None:
+        """One step: its wall time and the sizes of its batch."""
+        sizes = sizes.tolist() if hasattr(sizes, "tolist") else list(sizes)
+        for column, value in zip(self.columns, (sum(sizes), len(sizes), float(seconds))):
+            column.append(value)
+
+    def agree(self, world_size: int):
+        """Every rank's (a, b) fitted from its own steps, the same on all ranks, and a new log for the next epoch;
+        None (size balance this epoch, warned once per process) without a process group or fits."""
+        global _warned_static_fallback
+        cost_model = gather_cost_models(fit_cost(*self.columns), world_size)
+        self.columns = ([], [], [])
+        if cost_model is None and world_size > 1 and not _warned_static_fallback:
+            _warned_static_fallback = True
+            warnings.warn("balance='dynamic' has no process group or no measured steps yet; "
+                          "using static size balance this epoch", stacklevel=3)
+        return cost_model

@@ -16,6 +16,7 @@ it raises DecodeError.  A failing `transform` is not a decode failure: it always
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 
 from corgi_io.arguments import choose
@@ -46,13 +47,13 @@ def wrong_kind(sample: dict, decode) -> str | None:
 class SamplePreparer:
     """Decodes and transforms the samples of one worker's epoch under the `on_error` policy (see the module).
 
-    `locate(index)` gives (shard URL, shard path, byte offset) of a sample, for the messages;
-    `who` names the worker in the warnings (``rank 0 worker 1``).
+    The pack's `manifest` and this process's `storage` locate a failed sample (shard URL, shard path,
+    byte offset) for the messages; `who` names the worker in the warnings (``rank 0 worker 1``).
     """
 
-    def __init__(self, decode, transform, on_error: str, locate, who: str):
+    def __init__(self, decode, transform, on_error: str, manifest, storage, who: str):
         self.decode, self.transform, self.on_error = decode, transform, on_error
-        self.locate, self.who, self.skipped = locate, who, 0
+        self.manifest, self.storage, self.who, self.skipped = manifest, storage, who, 0
 
     def __call__(self, sample: dict):
         """`sample` with its data decoded and transformed; under "skip", the DecodeError of one that failed."""
@@ -80,8 +81,11 @@ class SamplePreparer:
         raise self._error(sample, refusal)
 
     def _error(self, sample: dict, text: str) -> DecodeError:
-        url, path, offset = self.locate(sample["index"])
-        return DecodeError(f"{url}: byte offset {offset}: {text}", shard=path, offset=offset, key=sample["key"])
+        """A DecodeError of `sample` saying `text`, after the shard URL and the byte offset of its payload."""
+        samples, index = self.manifest.samples, sample["index"]
+        path, offset = self.manifest.shards[int(samples.shard[index])].path, int(samples.data_offset[index])
+        return DecodeError(f"{self.storage.url(path)}: byte offset {offset}: {text}", shard=path, offset=offset,
+                           key=sample["key"])
 
     def _skip(self, error: DecodeError) -> None:
         self.skipped += 1
@@ -106,3 +110,10 @@ def batch_survivors(batch: list) -> list:
     raise DecodeError(f"{last}; and every other sample of its batch of {len(batch)} failed to decode: on_error='skip' "
                       "yields a batch without its failed samples, never an empty one", shard=last.shard,
                       offset=last.offset, key=last.key)
+
+
+def collated_batches(samples, batch_size: int, collate_fn):
+    """`collate_fn` of the survivors (`batch_survivors`) of each run of `batch_size` of a worker's `samples`: whole
+    batches but for the rank's last one, since a worker's share is whole batches (`worker_counts`)."""
+    while batch := list(itertools.islice(samples, batch_size)):
+        yield collate_fn(batch_survivors(batch))

@@ -1,10 +1,13 @@
 """The checks of `CorgiPileDataset`'s arguments, made when it is built, before any read: a bad one fails at
-once with an ArgumentError naming it, not later (or differently) in every DataLoader worker."""
+once with an ArgumentError naming it, not later (or differently) in every DataLoader worker.  What passes
+becomes the dataset's frozen `LoaderSpec`, which makes each epoch's planner over the pack's `block_table`."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule.modes import BALANCES, SHUFFLES
+from corgi_io.schedule import BALANCES, SHUFFLES, BlockTable, EpochPlanner, loader_planner
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
@@ -13,7 +16,48 @@ COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0
           ("read_threads", 1, True), ("max_pixels", 1, True))  # (name, least, None allowed); rank: rank_and_world
 
 
-def check_options(**options) -> dict:
+@dataclass(frozen=True)
+class LoaderSpec:
+    """A dataset's options once checked and normalised (see `CorgiPileDataset` for each); fixed for its life."""
+
+    shuffle: str
+    buffer_blocks: int
+    seed: int
+    drop_last: bool
+    transform: object
+    prefetch_blocks: int  # `buffer_blocks` when not given
+    balance: str
+    batch_size: int | None
+    collate_fn: object
+    partitions: dict | None
+    read_threads: int | None  # reads in flight; None: the storage's (2 local; remote 1, grown to 8)
+    storage_options: dict
+    verify_reads: bool
+    max_pixels: int | None
+    on_error: str
+
+    def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
+        """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
+        (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them."""
+        return loader_planner(block_table(manifest), world_size, epoch, shuffle=self.shuffle,
+                              buffer_blocks=self.buffer_blocks, seed=self.seed, balance=self.balance,
+                              drop_last=self.drop_last, batch_size=self.batch_size, cost_model=cost_model,
+                              owner=owner)
+
+    def identity(self, pack: str, partitioned: bool) -> dict:
+        """What a saved resume state must agree on to resume a dataset of pack fingerprint `pack` with these
+        options (the world size and workers may differ)."""
+        return {"pack": pack, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance,
+                "drop_last": self.drop_last, "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
+                "partitioned": partitioned}
+
+
+def block_table(manifest) -> BlockTable:
+    """The planner's view of a pack: its block columns and per-sample sizes (the manifest's arrays, none read)."""
+    return BlockTable(manifest.blocks.first, manifest.blocks.count, manifest.blocks.size_sum, manifest.samples.size)
+
+
+def check_options(**options) -> LoaderSpec:
     """The dataset's keyword arguments (all but source, decode, rank, world_size) checked and normalised:
     counts as ints, flags as bools, storage_options as a dict; ArgumentError names the first bad one."""
     for name, least, optional in COUNTS:
@@ -34,4 +78,6 @@ def check_options(**options) -> dict:
         raise ArgumentError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
                             "it needs batch_size= and shuffle='corgipile'")
     check_on_error(options["on_error"], batch_size)
-    return options
+    if options["prefetch_blocks"] is None:
+        options["prefetch_blocks"] = options["buffer_blocks"]
+    return LoaderSpec(**options)

@@ -13,6 +13,10 @@ block-level placement every rank computes alike), once per epoch, and hands
 each worker its share. A piece is a row ``(block, start, stop)``: a contiguous
 range of global sample ids inside one block, read with one ranged read. See
 docs/algorithms.md.
+
+A loader holds one `EpochPlanner` per epoch (`loader_planner`: the three cuts,
+each rank's pieces kept once planned); `resumed_plan` continues an interrupted
+epoch from a saved state, in the same world or another one.
 """
 from __future__ import annotations
 
@@ -29,12 +33,15 @@ _EXPORTS = {  # public name -> its module, imported on first use
     "keep_if_faster": "cost",
     "slowest_time": "cost",
     "unit_cost": "cost",
+    "EpochPlanner": "epoch",
+    "loader_planner": "epoch",
     "BALANCES": "modes",
     "BALANCE_MODES": "modes",
     "SHUFFLES": "modes",
     "SHUFFLE_MODES": "modes",
     "block_order": "order",
     "epoch_rng": "order",
+    "block_owners": "partition",
     "block_pieces": "pieces",
     "cut": "pieces",
     "merge_adjacent": "pieces",
@@ -42,6 +49,16 @@ _EXPORTS = {  # public name -> its module, imported on first use
     "piece_samples": "pieces",
     "piece_sizes": "pieces",
     "positions": "pieces",
+    "consumed_samples": "resume",
+    "find_states": "resume",
+    "merge_states": "resume",
+    "pack_fingerprint": "resume",
+    "remainder_pieces": "resume",
+    "remaining_pieces": "resume",
+    "resumed_plan": "resume",
+    "segment_consumed": "resume",
+    "skip_consumed": "resume",
+    "worker_state": "resume",
     "EpochSequence": "sequence",
     "imbalance": "simulation",
     "rank_batches": "simulation",
@@ -50,6 +67,7 @@ _EXPORTS = {  # public name -> its module, imported on first use
     "EpochSpec": "spec",
     "samples_per_rank": "spec",
     "buffer_plan": "stream",
+    "batch_count": "workers",
     "split_workers": "workers",
     "worker_counts": "workers",
     "worker_share": "workers",

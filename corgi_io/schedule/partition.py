@@ -52,6 +52,24 @@ class PartitionPlan:
         return sequence.cut(offset, offset + self.n)
 
 
+def block_owners(partitions: dict, shard_paths, block_shard) -> np.ndarray:
+    """One owning rank per block (int64), from `partitions` {rank: [shard paths]}, the pack's `shard_paths` and
+    each block's shard index: the `owner` of ``partition_plan``.  ArgumentError when a shard is given to two
+    ranks or to none, so that every sample has exactly one reader."""
+    owner_of_shard = {}
+    for rank, paths in partitions.items():
+        for path in paths:
+            if path in owner_of_shard:
+                raise ArgumentError(f"partitions: shard {path!r} is given to ranks {owner_of_shard[path]} "
+                                    f"and {rank}")
+            owner_of_shard[path] = int(rank)
+    missing = [path for path in shard_paths if path not in owner_of_shard]
+    if missing:
+        raise ArgumentError(f"partitions: shard {missing[0]!r} (and {len(missing) - 1} more) belongs to no rank")
+    shard_owner = np.array([owner_of_shard[path] for path in shard_paths], dtype=np.int64)
+    return shard_owner[np.asarray(block_shard, dtype=np.int64)]
+
+
 def partition_plan(table: BlockTable, spec: EpochSpec, owner, budgets_for, cost: np.ndarray) -> PartitionPlan:
     """The plan where rank r reads only blocks with ``owner == r``. ``n`` is the largest partition's
     count (padding repeats the rank's own samples) or, with ``drop_last``, the smallest one's.

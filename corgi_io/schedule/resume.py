@@ -16,6 +16,9 @@ says what the whole world consumed.
   run were a block (equal counts per rank, the usual padding rule), so it is still read by
   ranged reads of runs, never sample by sample.  A later interruption adds a segment.
 
+`resumed_plan` gives one worker its plan from a merged state, over the epoch's `EpochPlanner`
+(`remaining_pieces`: what the finished segments left; `segment_consumed`: what one of them yielded).
+
 The state of a worker is small JSON: the pack's fingerprint, the options that decide the
 order, the epoch, the finished segments `[(W, K, yielded per worker)]` and the current one.
 """
@@ -28,6 +31,7 @@ import numpy as np
 
 from corgi_io.errors import ResumeError
 
+from corgi_io.schedule.epoch import EpochPlanner
 from corgi_io.schedule.pieces import piece_samples
 
 STATE_KEY = "corgi_io_resume"   # marks a CorgiPileDataset worker state inside a StatefulDataLoader state
@@ -103,6 +107,50 @@ def remainder_pieces(sequence: np.ndarray, consumed: np.ndarray) -> np.ndarray:
     starts = np.flatnonzero(np.concatenate(([True], (owner[1:] != owner[:-1]) | (ids[1:] != ids[:-1] + 1))))
     stops = np.append(starts[1:], len(ids))
     return np.stack([sequence[owner[starts], 0], ids[starts], ids[stops - 1] + 1], axis=1)
+
+
+def segment_consumed(planner: EpochPlanner, segment: dict, runs: np.ndarray | None) -> np.ndarray:
+    """Bool mask of the samples that the world of a finished `segment` ({world_size, num_workers, yielded})
+    yielded of `planner`'s epoch, that world having planned `runs` (None: the whole epoch)."""
+    world, workers = planner.for_world(segment["world_size"], runs), segment["num_workers"]
+
+    def orders_of(rank: int, worker: int):
+        return (order for _, order in world.plan(rank, worker, workers))
+
+    return consumed_samples(planner.table.num_samples, orders_of, segment["world_size"], segment["yielded"])
+
+
+def remaining_pieces(planner: EpochPlanner, finished: list) -> np.ndarray | None:
+    """The runs of `planner`'s epoch that no rank yielded in the `finished` segments, in the epoch's read order
+    (None when no segment finished: the epoch is whole).  Each segment planned what the ones before it left."""
+    if not finished:
+        return None
+    sequence, runs = planner.sequence(), None
+    for segment in finished:
+        sequence = runs = remainder_pieces(sequence, segment_consumed(planner, segment, runs))
+    return runs
+
+
+def resumed_plan(planner: EpochPlanner, rank: int, worker: int, num_workers: int, resume: dict) -> tuple:
+    """(buffer plan, finished segments, samples already yielded) of one worker of `planner`'s world resuming
+    `resume` (`merge_states`, of the planner's epoch).
+
+    The same world and worker count continue each worker's own plan after its `yielded` samples
+    (`skip_consumed`); another one finishes the interrupted segment and plans the samples no rank
+    yielded over the new world, which needs every worker's progress (ResumeError otherwise).
+    """
+    finished, yielded, old_workers = resume["finished"], resume["yielded"], resume["num_workers"]
+    same_world = (planner.spec.world_size, num_workers) == (resume["world_size"], old_workers)
+    if same_world and worker in yielded:
+        plan = planner.for_world(planner.spec.world_size, remaining_pieces(planner, finished))
+        return skip_consumed(list(plan.plan(rank, worker, num_workers)), yielded[worker]), finished, yielded[worker]
+    if len(yielded) != old_workers:
+        raise ResumeError(f"the state holds {len(yielded)} of {old_workers} workers' progress; resuming with another "
+                          "world size or worker count needs the whole StatefulDataLoader state of one rank")
+    finished = finished + [{"world_size": resume["world_size"], "num_workers": old_workers,
+                            "yielded": [yielded[w] for w in range(old_workers)]}]
+    plan = planner.for_world(planner.spec.world_size, remaining_pieces(planner, finished))
+    return plan.plan(rank, worker, num_workers), finished, 0
 
 
 def worker_state(identity: dict, epoch: int, finished: list, world_size: int, num_workers: int,

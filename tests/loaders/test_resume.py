@@ -1,6 +1,6 @@
-"""Mid-epoch and elastic resume: pure properties of the resume core, then CorgiPileDataset through
-torchdata's StatefulDataLoader (exact resume, in-process and in a new process) and simulated worlds
-that change size (elastic resume)."""
+"""Mid-epoch and elastic resume of CorgiPileDataset through torchdata's StatefulDataLoader (exact resume,
+in-process and in a new process) and simulated worlds that change size (elastic resume).  The pure
+properties of the resume core are in tests/schedule/test_resume_core.py."""
 from __future__ import annotations
 
 import json
@@ -8,65 +8,13 @@ import subprocess
 import sys
 from collections import Counter
 
-import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import ResumeError
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io import PackOptions, pack
-from corgi_io.schedule import block_pieces, buffer_plan, piece_samples
-from corgi_io.schedule.resume import remainder_pieces, skip_consumed
 from helpers.corpus_factory import write_text
-
-
-# --- the pure core ---------------------------------------------------------------------------------
-
-def small_plan(counts, shuffle, buffer_pieces, batch_size, seed):
-    counts = np.asarray(counts, dtype=np.int64)
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    pieces = block_pieces(np.arange(len(counts)), first, counts)
-    sizes = np.random.default_rng(seed).integers(1, 100, int(counts.sum()))
-    return list(buffer_plan(pieces, shuffle=shuffle, buffer_pieces=buffer_pieces, seed=seed, window_samples=5,
-                            sizes=sizes, batch_size=batch_size if shuffle == "corgipile" else None))
-
-
-@settings(max_examples=150, deadline=None)
-@given(counts=st.lists(st.integers(1, 9), min_size=1, max_size=12),
-       shuffle=st.sampled_from(["corgipile", "block", "window", "full"]), buffer_pieces=st.integers(1, 4),
-       batch_size=st.sampled_from([None, 1, 3]), seed=st.integers(0, 5), cut=st.floats(0, 1))
-def test_skip_consumed_yields_exactly_the_rest_and_reads_what_it_lists(counts, shuffle, buffer_pieces, batch_size,
-                                                                        seed, cut):
-    plan = small_plan(counts, shuffle, buffer_pieces, batch_size, seed)
-    orders = np.concatenate([order for _, order in plan])
-    yielded = int(cut * len(orders))
-    resumed = skip_consumed(plan, yielded)
-    rest = np.concatenate([order for _, order in resumed]) if resumed else np.zeros(0, np.int64)
-    assert rest.tolist() == orders[yielded:].tolist()
-    read = set()
-    for pieces, order in resumed:  # the reader reads a buffer's pieces, then yields its order
-        read |= set(piece_samples(pieces).tolist())
-        assert set(order.tolist()) <= read
-    skipped_whole = sum(len(order) for _, order in plan[:len(plan) - len(resumed)])
-    assert len(read) <= len(orders) - skipped_whole + sum(len(o) for _, o in plan) // max(1, len(plan)) * 4 + 16
-
-
-@settings(max_examples=100, deadline=None)
-@given(counts=st.lists(st.integers(1, 9), min_size=1, max_size=10), seed=st.integers(0, 9))
-def test_remainder_is_every_unconsumed_sample_once_in_read_order(counts, seed):
-    rng = np.random.default_rng(seed)
-    counts = np.asarray(counts, dtype=np.int64)
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    sequence = block_pieces(rng.permutation(len(counts)), first, counts)
-    consumed = rng.random(int(counts.sum())) < rng.random()
-    rest = remainder_pieces(sequence, consumed)
-    ids = piece_samples(rest)
-    expected = [i for i in piece_samples(sequence).tolist() if not consumed[i]]
-    assert ids.tolist() == expected
-    assert all(first[b] <= a < z <= first[b] + counts[b] for b, a, z in rest.tolist())  # runs stay in their block
-    untouched = [b for b in range(len(counts)) if not consumed[first[b]:first[b] + counts[b]].any()]
-    assert all(((rest[:, 0] == b).sum() == 1) for b in untouched)  # an untouched block stays one piece
 
 
 # --- CorgiPileDataset through StatefulDataLoader -----------------------------------------------------
