@@ -1,0 +1,155 @@
+"""Existing shards and tables as a SOURCE: WebDataset tars, TFRecord files and Parquet tables.
+
+A SOURCE of one of these forms is read in **units**: a tar file, a TFRecord file, a Parquet row
+group.  Planning stays pure and cheap: `units(source)` lists them as small picklable `Unit`
+records (a Parquet file's row groups come from its footer), so a process pool or Dask can later
+run one task per unit; `read_unit(unit, ...)` turns one unit into an iterator of
+`corgi_io.packing.sample.PackSample`, holding one sample (or one Parquet batch) at a time.
+
+`detect` says which form a SOURCE is from the names it holds; `from_` forces one.  The folder and
+listing forms are read by `corgi_io.packing.walk` as before; this package lists and reads the
+other three, one module each, chosen from the `SOURCE_MODULES` registry.  Each module offers
+``SUFFIXES`` (the file names it reads), ``units(path)`` and ``read(unit, *, strict, on_skip, ...)``.
+
+Not wired into `corgi pack` yet (no ``--from`` option, no pack tasks or resume over units): that
+waits for the multi-field pack pipeline.  Bad inputs follow the corpus rules: one input that
+cannot be read (a member, a record, a row group) is skipped with a one-line warning naming the
+file and the member, byte offset or row group, or raises BadInput under `strict`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import NamedTuple
+
+from corgi_io.arguments import choose
+from corgi_io.errors import BadInput, CorpusError
+
+SOURCE_MODULES = {
+    "wds": "corgi_io.packing.sources.wds",
+    "tfrecord": "corgi_io.packing.sources.tfrecord",
+    "parquet": "corgi_io.packing.sources.parquet",
+}
+FORMS = ("folder", "listing", *SOURCE_MODULES)
+LISTING_SUFFIXES = (".csv", ".jsonl")
+SIDECAR_SUFFIXES = (".index",)  # files beside shards that are not units (tfrecord's index)
+SUFFIXES = {  # file name ending -> form; the longest ending is tried first
+    ".tar": "wds", ".tar.gz": "wds", ".tgz": "wds", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord",
+    ".parquet": "parquet",
+}
+
+
+class Unit(NamedTuple):
+    """One task's worth of input: a whole file, or one row group of a Parquet file (picklable, small)."""
+
+    form: str          # a key of SOURCE_MODULES
+    path: str          # a local path or an fsspec URL
+    part: int = -1     # the Parquet row group; -1: the whole file
+    first_row: int = 0  # the Parquet row group's first row in its file (default keys count from it)
+    rows: int = -1     # rows in the row group; -1: not known before reading
+
+
+def form_of_name(name: str) -> str | None:
+    """The form whose shard files end like `name` (case-insensitive), or None."""
+    lower = name.lower()
+    return next((SUFFIXES[end] for end in sorted(SUFFIXES, key=len, reverse=True) if lower.endswith(end)), None)
+
+
+def detect(source: str, names=None, from_: str | None = None) -> str:
+    """The form of SOURCE, from what it holds (pure: no I/O).
+
+    `names` are the entries directly in SOURCE when it is a folder (sub-folders end with '/'),
+    None when SOURCE is one file.  A file is a listing (.csv, .jsonl) or a shard of its suffix; a
+    folder whose visible files are all shards of one form (sidecars aside) is that form, a
+    folder with none is a folder corpus, and a folder mixing shards with anything else is
+    ambiguous: CorpusError asking for `from_`.  `from_` (one of FORMS) is returned as given.
+    """
+    if from_ is not None:
+        return choose("from_", from_, FORMS)
+    if names is None:
+        if source.lower().endswith(LISTING_SUFFIXES):
+            return "listing"
+        form = form_of_name(source)
+        if form is None:
+            raise CorpusError(f"{source}: neither a listing (.csv, .jsonl) nor a shard file "
+                              f"({', '.join(sorted(SUFFIXES))}); choose a form with from_ (one of {FORMS})")
+        return form
+    visible = [name for name in names if not name.startswith(".") and not name.endswith(SIDECAR_SUFFIXES)]
+    forms = {form_of_name(name) for name in visible if not name.endswith("/")}
+    if forms <= {None}:
+        return "folder"
+    if len(forms) > 1:
+        found = sorted(form or "other files" for form in forms)
+        raise CorpusError(f"{source}: holds {' and '.join(found)}; choose a form with from_ (one of {FORMS})")
+    return forms.pop()
+
+
+def units(source: str, from_: str | None = None) -> list:
+    """The units of SOURCE (a local path or fsspec URL) in a stable order: its shard files, sorted, or
+    the one file; for Parquet one unit per row group, from each file's footer.
+
+    A folder or listing SOURCE has no units here (packing.walk reads it): CorpusError.
+    """
+    fs, path = _filesystem(source)
+    if not fs.exists(path):
+        raise CorpusError(f"{source}: no such file or folder")
+    folder = fs.isdir(path)
+    names = sorted(_entry_name(fs, entry) for entry in fs.ls(path, detail=True)) if folder else None
+    form = detect(source, names, from_)
+    if form not in SOURCE_MODULES:
+        raise CorpusError(f"{source}: is a {form} SOURCE, which packing.walk reads (no units)")
+    module = source_module(form)
+    if not folder:
+        return list(module.units(source))
+    files = [name for name in names if form_of_name(name) == form]
+    if not files:
+        raise CorpusError(f"{source}: holds no {form} files ({', '.join(module.SUFFIXES)})")
+    return [unit for name in files for unit in module.units(_join(source, name))]
+
+
+def read_unit(unit: Unit, **options):
+    """The PackSamples of one unit: its form's `read` (options as that module takes them)."""
+    return source_module(unit.form).read(unit, **options)
+
+
+def source_module(form: str):
+    """The module that lists and reads `form` (one of SOURCE_MODULES); ArgumentError listing them otherwise."""
+    return importlib.import_module(choose("form", form, SOURCE_MODULES))
+
+
+def skip_or_raise(message: str, strict: bool, on_skip) -> None:
+    """One bad input: BadInput(message) under `strict`, else `on_skip(message)` (default: a warning line)."""
+    if strict:
+        raise BadInput(message)
+    if on_skip is None:
+        from corgi_io.packing.corpus import warn
+
+        on_skip = warn
+    on_skip(f"skipped {message}")
+
+
+def open_binary(path: str):
+    """A binary file object for a local path or an fsspec URL (fsspec imported only for URLs)."""
+    if "://" not in path:
+        return open(path, "rb")
+    import fsspec
+
+    return fsspec.open(path, "rb").open()
+
+
+def _filesystem(source: str):
+    """(fsspec filesystem, path in it) of a local path or URL."""
+    from fsspec.core import url_to_fs
+
+    return url_to_fs(source)
+
+
+def _entry_name(fs, entry: dict) -> str:
+    """An `ls` entry's base name, with '/' after a folder's."""
+    name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+    return name + "/" if entry["type"] == "directory" else name
+
+
+def _join(source: str, name: str) -> str:
+    """`name` inside the folder SOURCE, in SOURCE's own spelling (a path stays a path, a URL a URL)."""
+    return source.rstrip("/") + "/" + name if "://" in source else os.path.join(source, name)
