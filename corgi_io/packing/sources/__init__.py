@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from corgi_io.arguments import choose
 from corgi_io.errors import BadInput, CorpusError
+from corgi_io.manifest.names import key_problem
 
 SOURCE_MODULES = {
     "wds": "corgi_io.packing.sources.wds",
@@ -31,6 +32,7 @@ SOURCE_MODULES = {
     "parquet": "corgi_io.packing.sources.parquet",
 }
 FORMS = ("folder", "listing", *SOURCE_MODULES)
+MAX_LABEL = 2 ** 31 - 1  # the manifest's labels are int32; -1 is "unlabeled"
 LISTING_SUFFIXES = (".csv", ".jsonl")
 SIDECAR_SUFFIXES = (".index",)  # files beside shards that are not units (tfrecord's index)
 SUFFIXES = {  # file name ending -> form; the longest ending is tried first
@@ -115,6 +117,27 @@ def read_unit(unit: Unit, **options):
 def source_module(form: str):
     """The module that lists and reads `form` (one of SOURCE_MODULES); ArgumentError listing them otherwise."""
     return importlib.import_module(choose("form", form, SOURCE_MODULES))
+
+
+def check_label(value) -> int:
+    """A class id from an int or decimal ASCII digits (bytes or str, blanks around allowed): 0 to MAX_LABEL
+    (the manifest's label is int32); BadInput otherwise."""
+    if isinstance(value, (bytes, str)):
+        digits = value.strip()
+        if not digits.isdigit() or not digits.isascii() or len(digits) > 10:
+            raise BadInput(f"label {value[:20]!r} is not an integer from 0 to {MAX_LABEL}")
+        value = int(digits)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LABEL:
+        raise BadInput(f"label {value!r} is not an integer from 0 to {MAX_LABEL}")
+    return value
+
+
+def checked_key(key: str) -> str:
+    """`key` if it obeys the key rule of `manifest.names`; BadInput saying how it breaks it otherwise."""
+    problem = key_problem(key)
+    if problem is not None:
+        raise BadInput(f"key {key!r} {problem}")
+    return key
 
 
 def skip_or_raise(message: str, strict: bool, on_skip) -> None:

@@ -27,16 +27,14 @@ import re
 import tarfile
 
 from corgi_io.errors import BadInput
-from corgi_io.manifest.names import key_problem
 from corgi_io.packing.sample import PackSample, check_field_name
-from corgi_io.packing.sources import Unit, open_binary, skip_or_raise
+from corgi_io.packing.sources import Unit, check_label, checked_key, open_binary, skip_or_raise
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
 MAX_MEMBER_BYTES = 1 << 30
 REFUSED_FIELDS = ("pyd", "pickle", "pth")  # fields a stock webdataset reader would unpickle
 _BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset.tariterators.base_plus_ext
 _GZIP_MAGIC = b"\x1f\x8b"
-_MAX_LABEL = 2 ** 31 - 1
 
 
 def units(path: str):
@@ -139,10 +137,8 @@ class _Tar:
         key, field = _key_and_field(member.name)
         if key is None:
             return "has no extension to name a field"
-        problem = key_problem(key)
-        if problem is not None:
-            return f"key {key!r} {problem}"
         try:
+            checked_key(key)
             check_field_name(field)
         except BadInput as exc:
             return str(exc)
@@ -167,18 +163,10 @@ class _Tar:
         """The PackSample of one group of members (0 or 1 of them): its label taken out of its fields."""
         text = fields.pop(label_field, None)
         try:
-            label = -1 if text is None else _label(text)
+            label = -1 if text is None else check_label(text)
             yield PackSample(key, label, fields)
         except BadInput as exc:
             self.bad(f"{key}.{label_field}" if text is not None else key, str(exc))
-
-
-def _label(text: bytes) -> int:
-    """A class id from its field's bytes: decimal ASCII digits, 0 to 2**31-1."""
-    stripped = text.strip()
-    if not stripped.isdigit() or len(stripped) > 10 or int(stripped) > _MAX_LABEL:
-        raise BadInput(f"label {bytes(text[:20])!r} is not an integer from 0 to {_MAX_LABEL}")
-    return int(stripped)
 
 
 def _key_and_field(name: str):
