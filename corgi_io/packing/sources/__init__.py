@@ -23,8 +23,9 @@ import os
 from typing import NamedTuple
 
 from corgi_io.arguments import choose
-from corgi_io.errors import BadInput, CorpusError
+from corgi_io.errors import ArgumentError, BadInput, CorpusError
 from corgi_io.manifest.names import key_problem
+from corgi_io.packing.sample import check_field_name
 
 SOURCE_MODULES = {
     "wds": "corgi_io.packing.sources.wds",
@@ -117,6 +118,24 @@ def read_unit(unit: Unit, **options):
 def source_module(form: str):
     """The module that lists and reads `form` (one of SOURCE_MODULES); ArgumentError listing them otherwise."""
     return importlib.import_module(choose("form", form, SOURCE_MODULES))
+
+
+def check_mapping(argument: str, mapping, what: str) -> dict:
+    """`mapping` if it maps field names, 'label' or 'key' to non-empty `what`s (feature or column names) and
+    names at least one field; ArgumentError naming `argument` otherwise."""
+    if not isinstance(mapping, dict) or not mapping:
+        raise ArgumentError(f"{argument} must map field names to {what}s, got {mapping!r}")
+    for name, target in mapping.items():
+        if not isinstance(target, str) or not target:
+            raise ArgumentError(f"{argument}[{name!r}] must be a {what}, got {target!r}")
+        if name not in ("label", "key"):
+            try:
+                check_field_name(name)
+            except BadInput as exc:
+                raise ArgumentError(f"{argument}: {exc}") from None
+    if set(mapping) <= {"label", "key"}:
+        raise ArgumentError(f"{argument} {mapping!r} maps no field (only label and key)")
+    return mapping
 
 
 def check_label(value) -> int:

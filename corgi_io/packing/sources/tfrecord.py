@@ -19,11 +19,11 @@ from __future__ import annotations
 import posixpath
 import struct
 
-from corgi_io.errors import ArgumentError, BadInput
+from corgi_io.errors import BadInput
 from corgi_io.formats.example_proto import decode_example
 from corgi_io.formats.tfrecord import FRAME, masked_crc
-from corgi_io.packing.sample import PackSample, check_field_name
-from corgi_io.packing.sources import Unit, check_label, checked_key, open_binary, skip_or_raise
+from corgi_io.packing.sample import PackSample
+from corgi_io.packing.sources import Unit, check_label, check_mapping, checked_key, open_binary, skip_or_raise
 
 SUFFIXES = (".tfrecord", ".tfrecords")
 MAX_RECORD_BYTES = 1 << 30
@@ -34,24 +34,10 @@ def units(path: str):
     return [Unit("tfrecord", path)]
 
 
-def check_features(features) -> dict:
-    """`features` if every name is a field name, 'label' or 'key' mapped to a feature name; ArgumentError otherwise."""
-    if not isinstance(features, dict) or not features:
-        raise ArgumentError(f"features must map field names to Example feature names, got {features!r}")
-    for name, feature in features.items():
-        if not isinstance(feature, str) or not feature:
-            raise ArgumentError(f"features[{name!r}] must be a feature name, got {feature!r}")
-        if name not in ("label", "key"):
-            check_field_name(name)
-    if set(features) <= {"label", "key"}:
-        raise ArgumentError(f"features {features!r} maps no field (only label and key)")
-    return features
-
-
 def read(unit: Unit, *, features: dict, strict: bool = False, on_skip=None,
          max_record_bytes: int = MAX_RECORD_BYTES):
     """The samples of one TFRecord file, in record order (see the module docstring for what is skipped)."""
-    check_features(features)
+    check_mapping("features", features, "feature name")
     name = posixpath.basename(unit.path)
     stem = next((name[:-len(end)] for end in SUFFIXES if name.lower().endswith(end)), name)
     with open_binary(unit.path) as file:

@@ -49,7 +49,7 @@ def read(unit: Unit, *, strict: bool = False, on_skip=None, label_field: str = "
         yield from _samples(_Tar(unit.path, raw, max_member_bytes, strict, on_skip), label_field)
 
 
-def _samples(tar: "_Tar", label_field: str):
+def _samples(tar: _Tar, label_field: str):
     """Group the tar's (key, field, bytes) members into PackSamples, one sample in memory at a time."""
     key, fields = None, {}
     for member_key, field, data in tar.members():
@@ -85,7 +85,7 @@ class _Tar:
         """(key, field, bytes) of each acceptable regular member, in order; bad ones reported and skipped."""
         self.file.seek(0)
         try:
-            tar = tarfile.open(fileobj=self.file, mode="r:", encoding="utf-8", errors="surrogateescape")
+            tar = tarfile.TarFile(fileobj=self.file, mode="r", encoding="utf-8", errors="surrogateescape")
         except (tarfile.TarError, EOFError, OSError) as exc:
             skip_or_raise(f"{self.path}: byte offset 0: not a tar file ({exc})", self.strict, self.on_skip)
             return
