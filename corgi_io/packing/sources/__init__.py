@@ -64,8 +64,8 @@ def detect(source: str, names=None, from_: str | None = None) -> str:
     `names` are the entries directly in SOURCE when it is a folder (sub-folders end with '/'),
     None when SOURCE is one file.  A file is a listing (.csv, .jsonl) or a shard of its suffix; a
     folder whose visible files are all shards of one form (sidecars aside) is that form, a
-    folder with none is a folder corpus, and a folder mixing shards with anything else is
-    ambiguous: CorpusError asking for `from_`.  `from_` (one of FORMS) is returned as given.
+    folder with none is a folder corpus, and a folder mixing shards with anything else (sub-folders
+    too) is ambiguous: CorpusError asking for `from_`.  Hidden names are not looked at.  `from_` (one of FORMS) is returned as given.
     """
     if from_ is not None:
         return choose("from_", from_, FORMS)
@@ -77,8 +77,7 @@ def detect(source: str, names=None, from_: str | None = None) -> str:
             raise CorpusError(f"{source}: neither a listing (.csv, .jsonl) nor a shard file "
                               f"({', '.join(sorted(SUFFIXES))}); choose a form with from_ (one of {FORMS})")
         return form
-    visible = [name for name in names if not name.startswith(".") and not name.endswith(SIDECAR_SUFFIXES)]
-    forms = {form_of_name(name) for name in visible if not name.endswith("/")}
+    forms = {None if name.endswith("/") else form_of_name(name) for name in _visible(names)}
     if forms <= {None}:
         return "folder"
     if len(forms) > 1:
@@ -104,7 +103,7 @@ def units(source: str, from_: str | None = None) -> list:
     module = source_module(form)
     if not folder:
         return list(module.units(source))
-    files = [name for name in names if form_of_name(name) == form]
+    files = [name for name in _visible(names) if form_of_name(name) == form]
     if not files:
         raise CorpusError(f"{source}: holds no {form} files ({', '.join(module.SUFFIXES)})")
     return [unit for name in files for unit in module.units(_join(source, name))]
@@ -177,6 +176,11 @@ def open_binary(path: str):
     import fsspec
 
     return fsspec.open(path, "rb").open()
+
+
+def _visible(names) -> list:
+    """`names` without hidden ones and sidecars: what decides a folder's form and lists its units."""
+    return [name for name in names if not name.startswith(".") and not name.endswith(SIDECAR_SUFFIXES)]
 
 
 def _filesystem(source: str):

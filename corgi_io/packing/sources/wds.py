@@ -3,7 +3,7 @@
 Grouping is webdataset's `base_plus_ext` rule: a member's key is its path up to the first dot of
 its base name, its field the rest, lower-cased; consecutive members with one key form one
 sample.  The label is the `cls` field (an integer as text), or the field named by `label_field`;
-either is taken out of the fields.
+either is taken out of the fields, and a sample without it is unlabeled (-1).
 
 The tar is untrusted.  Nothing is extracted or followed: a member is only ever read into memory.
 Skipped with a warning naming the file and member (BadInput under `strict`): links (symbolic or
