@@ -152,7 +152,7 @@ class _Tar:
         """Report bytes after the last header that are not zeros (a damaged header tarfile stopped at)."""
         self.file.seek(end)
         while True:
-            chunk = self.file.read(1 << 16)
+            chunk = self.file.read(min(1 << 16, self.file.limit))
             if not chunk:
                 return
             if chunk.strip(b"\0"):
