@@ -25,12 +25,13 @@ from typing import NamedTuple
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
 from corgi_io.manifest.names import key_problem
-from corgi_io.packing.sample import check_field_name
+from corgi_io.packing.sample import PackSample, check_field_name
 
 SOURCE_MODULES = {
     "wds": "corgi_io.packing.sources.wds",
     "tfrecord": "corgi_io.packing.sources.tfrecord",
     "parquet": "corgi_io.packing.sources.parquet",
+    "jsonl": "corgi_io.packing.sources.jsonl",  # inline values; a .jsonl SOURCE is a listing unless forced
 }
 FORMS = ("folder", "listing", *SOURCE_MODULES)
 MAX_LABEL = 2 ** 31 - 1  # the manifest's labels are int32; -1 is "unlabeled"
@@ -103,7 +104,7 @@ def units(source: str, from_: str | None = None) -> list:
     module = source_module(form)
     if not folder:
         return list(module.units(source))
-    files = [name for name in _visible(names) if form_of_name(name) == form]
+    files = [name for name in _visible(names) if name.lower().endswith(module.SUFFIXES)]
     if not files:
         raise CorpusError(f"{source}: holds no {form} files ({', '.join(module.SUFFIXES)})")
     return [unit for name in files for unit in module.units(_join(source, name))]
@@ -150,12 +151,24 @@ def check_label(value) -> int:
     return value
 
 
-def checked_key(key: str) -> str:
-    """`key` if it obeys the key rule of `manifest.names`; BadInput saying how it breaks it otherwise."""
+def checked_key(key) -> str:
+    """`key` if it is text obeying the key rule of `manifest.names`; BadInput saying how it breaks it otherwise."""
+    if not isinstance(key, str):
+        raise BadInput(f"key {key!r} is {type(key).__name__}, not text")
     problem = key_problem(key)
     if problem is not None:
         raise BadInput(f"key {key!r} {problem}")
     return key
+
+
+def sample_from_values(values: dict, default_key: str) -> PackSample:
+    """The PackSample of one row's mapped values: 'key' and 'label' taken out (absent or None: `default_key`,
+    unlabeled), text fields encoded UTF-8, None fields left out; BadInput naming what is wrong."""
+    key, label = values.pop("key", None), values.pop("label", None)
+    fields = {name: value.encode("utf-8") if isinstance(value, str) else value
+              for name, value in values.items() if value is not None}
+    return PackSample(checked_key(default_key if key is None else key), -1 if label is None else check_label(label),
+                      fields)
 
 
 def skip_or_raise(message: str, strict: bool, on_skip) -> None:

@@ -17,8 +17,7 @@ import posixpath
 from contextlib import contextmanager
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
-from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_label, check_mapping, checked_key, open_binary, skip_or_raise
+from corgi_io.packing.sources import Unit, check_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".parquet",)
 BATCH_ROWS = 256
@@ -54,7 +53,7 @@ def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch
             values = {name: _values(batch, path) for name, path in columns.items()}
             for i in range(batch.num_rows):
                 try:
-                    yield _sample({name: column[i] for name, column in values.items()}, f"{stem}/{row}")
+                    yield sample_from_values({name: column[i] for name, column in values.items()}, f"{stem}/{row}")
                 except BadInput as exc:
                     skip_or_raise(f"{where}: row {row}: {exc}", strict, on_skip)
                 row += 1
@@ -125,12 +124,3 @@ def _values(batch, path: str) -> list:
     for part in rest:
         array = pc.struct_field(array, part)
     return array.to_pylist()
-
-
-def _sample(row: dict, default_key: str) -> PackSample:
-    """The PackSample of one row's mapped values; BadInput naming what is wrong."""
-    key, label = row.pop("key", None), row.pop("label", None)
-    fields = {name: value.encode("utf-8") if isinstance(value, str) else value
-              for name, value in row.items() if value is not None}
-    return PackSample(checked_key(default_key if key is None else key), -1 if label is None else check_label(label),
-                      fields)

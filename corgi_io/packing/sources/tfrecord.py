@@ -23,7 +23,7 @@ from corgi_io.errors import BadInput
 from corgi_io.formats.example_proto import decode_example
 from corgi_io.formats.tfrecord import FRAME, masked_crc
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_label, check_mapping, checked_key, open_binary, skip_or_raise
+from corgi_io.packing.sources import Unit, check_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".tfrecord", ".tfrecords")
 MAX_RECORD_BYTES = 1 << 30
@@ -89,10 +89,9 @@ def _sample(example: bytes, features: dict, default_key: str) -> PackSample:
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
         raise BadInput(f"not a tf.train.Example ({type(exc).__name__}: {exc})") from None
     values = {name: _feature(example, decoded, feature, name) for name, feature in features.items()}
-    key = values.pop("key", None)
-    label = values.pop("label", None)
-    return PackSample(checked_key(default_key if key is None else _text(key)),
-                      -1 if label is None else check_label(label), values)
+    if "key" in values:
+        values["key"] = _text(values["key"])
+    return sample_from_values(values, default_key)
 
 
 def _feature(example: bytes, decoded: dict, feature: str, name: str):
