@@ -107,6 +107,8 @@ HOSTILE = [
     (member("code.pyd"), "member 'code.pyd': field 'pyd' is a pickle, which is never packed"),
     (member("model.PTH"), "member 'model.PTH': field 'pth' is a pickle, which is never packed"),
     (member("obj.x.pickle"), "member 'obj.x.pickle': field 'x.pickle' is a pickle, which is never packed"),
+    (member("obj.pkl"), "member 'obj.pkl': field 'pkl' is a pickle, which is never packed"),
+    (member("obj.pyd.gz"), "member 'obj.pyd.gz': field 'pyd.gz' is a pickle, which is never packed"),
     (member("noext"), "member 'noext': has no extension to name a field"),
 ]
 

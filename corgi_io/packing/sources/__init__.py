@@ -1,14 +1,14 @@
-"""Existing shards and tables as a SOURCE: WebDataset tars, TFRecord files and Parquet tables.
+"""Existing shards and tables as a SOURCE: WebDataset tars, TFRecord files, Parquet tables, JSONL rows.
 
 A SOURCE of one of these forms is read in **units**: a tar file, a TFRecord file, a Parquet row
-group.  Planning stays pure and cheap: `units(source)` lists them as small picklable `Unit`
+group, a JSONL file.  Planning stays pure and cheap: `units(source)` lists them as small picklable `Unit`
 records (a Parquet file's row groups come from its footer), so a process pool or Dask can later
 run one task per unit; `read_unit(unit, ...)` turns one unit into an iterator of
 `corgi_io.packing.sample.PackSample`, holding one sample (or one Parquet batch) at a time.
 
 `detect` says which form a SOURCE is from the names it holds; `from_` forces one.  The folder and
 listing forms are read by `corgi_io.packing.walk` as before; this package lists and reads the
-other three, one module each, chosen from the `SOURCE_MODULES` registry.  Each module offers
+others, one module each, chosen from the `SOURCE_MODULES` registry.  Each module offers
 ``SUFFIXES`` (the file names it reads), ``units(path)`` and ``read(unit, *, strict, on_skip, ...)``.
 
 Not wired into `corgi pack` yet (no ``--from`` option, no pack tasks or resume over units): that
@@ -66,7 +66,8 @@ def detect(source: str, names=None, from_: str | None = None) -> str:
     None when SOURCE is one file.  A file is a listing (.csv, .jsonl) or a shard of its suffix; a
     folder whose visible files are all shards of one form (sidecars aside) is that form, a
     folder with none is a folder corpus, and a folder mixing shards with anything else (sub-folders
-    too) is ambiguous: CorpusError asking for `from_`.  Hidden names are not looked at.  `from_` (one of FORMS) is returned as given.
+    too) is ambiguous: CorpusError asking for `from_`.  Hidden names are not looked at.  `from_` (one
+    of FORMS; ``jsonl`` reads a .jsonl as inline values, not as a listing) is returned as given.
     """
     if from_ is not None:
         return choose("from_", from_, FORMS)

@@ -6,8 +6,9 @@ obeying the key rule); a column is a top-level name or a dotted path into struct
 (``image.bytes``).  Field columns hold binary (kept) or string (encoded UTF-8) values; a null value
 leaves that field out of its row.  Without ``key`` a row's key is ``<file stem>/<row in the file>``.
 
-`units` reads only each file's footer.  `read` reads one row group (`iter_batches` over that group only), in batches of `batch_rows`
-rows, never a whole file.  A row group whose schema lacks a mapped column, or holds it with another
+`units` reads only each file's footer.  `read` reads one row group (`iter_batches` over that
+group alone, only the mapped columns' leaves), in batches of `batch_rows` rows, never a whole
+file.  A row group whose schema lacks a mapped column, or holds it with another
 type, is one line naming the file and row group (skipped; BadInput under `strict`); a row that
 breaks a rule (a bad key or label, no field left) is one line naming its row.
 """
@@ -48,8 +49,8 @@ def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch
         if problem is not None:
             return skip_or_raise(f"{where}: {problem}", strict, on_skip)
         row = unit.first_row
-        batches = file.iter_batches(batch_size=batch_rows, row_groups=[unit.part], columns=sorted(set(columns.values())))
-        for batch in batches:
+        leaves = sorted(set(columns.values()))
+        for batch in file.iter_batches(batch_size=batch_rows, row_groups=[unit.part], columns=leaves):
             values = {name: _values(batch, path) for name, path in columns.items()}
             for i in range(batch.num_rows):
                 try:

@@ -9,12 +9,12 @@ The tar is untrusted.  Nothing is extracted or followed: a member is only ever r
 Skipped with a warning naming the file and member (BadInput under `strict`): links (symbolic or
 hard), devices, FIFOs and other non-regular members; names with a '..' or empty component or a
 leading '/' (the key rule of `manifest.names`); field names that fail `check_field_name`; a
-member above `max_member_bytes`; a duplicate field; and a field ending in ``.pyd``, ``.pickle``
-or ``.pth``, which is refused rather than kept: a stock webdataset reader unpickles such fields
-(torch.load for ``.pth``), so packing them would hand arbitrary code to every consumer of the
-pack.  A member whose size runs past the end of the file, or a header that does not parse, ends
-the file there (a size that cannot be trusted cannot be skipped over).  Directories are not
-samples and pass silently.
+member above `max_member_bytes`; a duplicate field; and a field with a ``pyd``, ``pickle``, ``pkl``
+or ``pth`` part (``x.pyd``, ``pyd.gz``), which is refused rather than kept: a stock webdataset
+reader unpickles such fields (torch.load for ``pth``, after gunzipping a ``.gz``), so packing them
+would hand arbitrary code to every consumer of the pack.  No field is ever decoded here.  A member
+whose size runs past the end of the file, or a header that does not parse, ends the file there (a
+size that cannot be trusted cannot be skipped over).  Directories are not samples and pass silently.
 
 Memory: tarfile reads headers only (members are read by us, one sample at a time, each at most
 `max_member_bytes`); the member list tarfile keeps is cleared as we go, and a file object guard
@@ -32,7 +32,7 @@ from corgi_io.packing.sources import Unit, check_label, checked_key, open_binary
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
 MAX_MEMBER_BYTES = 1 << 30
-REFUSED_FIELDS = ("pyd", "pickle", "pth")  # fields a stock webdataset reader would unpickle
+REFUSED_FIELDS = ("pyd", "pickle", "pkl", "pth")  # extensions a stock webdataset reader would unpickle
 _BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset.tariterators.base_plus_ext
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -142,7 +142,7 @@ class _Tar:
             check_field_name(field)
         except BadInput as exc:
             return str(exc)
-        if field.rsplit(".", 1)[-1] in REFUSED_FIELDS:
+        if any(part in REFUSED_FIELDS for part in field.split(".")):  # ``pyd.gz`` too: gunzipped, then unpickled
             return f"field '{field}' is a pickle, which is never packed"
         if member.size > self.max_member_bytes:
             return f"{member.size} bytes, above max_member_bytes={self.max_member_bytes}"
