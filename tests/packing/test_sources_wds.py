@@ -137,6 +137,11 @@ def test_a_size_past_the_end_of_the_file_ends_the_file(tmp_path):
     assert samples == [PackSample("ok", -1, {"jpg": b"z"})]
     assert messages == [(f"skipped {path}: member 'big.jpg': declares 1000000 bytes at byte offset {len(body) + 512}, "
                          f"past the end of the file ({len(body) + 612} bytes); the rest of the file is not read")]
+    zipped = tmp_path / "a.tar.gz"  # the tar's size is known only at the gzip's end: the short read tells
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    assert read(zipped) == ([PackSample("ok", -1, {"jpg": b"z"})],
+                            [(f"skipped {zipped}: member 'big.jpg': truncated: 100 of 1000000 bytes at byte offset "
+                              f"{len(body) + 512}; the rest of the file is not read")])
 
 
 def test_a_member_above_the_limit_is_skipped_and_so_is_a_huge_pax_header(tmp_path):
@@ -165,6 +170,9 @@ def test_a_repeated_field_and_a_damaged_tail_are_reported(tmp_path):
     assert samples == [PackSample("a", -1, {"jpg": b"z"})]
     assert messages[-1] == (f"skipped {path}: byte offset 2048: bytes after the last valid tar member do not "
                             f"parse; the rest of the file is not read")
+    zipped = tmp_path / "damaged.tar.gz"
+    zipped.write_bytes(gzip.compress(bytes(data)))
+    assert read(zipped) == (samples, [message.replace(str(path), str(zipped)) for message in messages])
 
 
 def test_not_a_tar_is_one_line(tmp_path):

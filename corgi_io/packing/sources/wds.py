@@ -35,6 +35,7 @@ MAX_MEMBER_BYTES = 1 << 30
 REFUSED_FIELDS = ("pyd", "pickle", "pkl", "pth")  # extensions a stock webdataset reader would unpickle
 _BASE_PLUS_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset.tariterators.base_plus_ext
 _GZIP_MAGIC = b"\x1f\x8b"
+_END = object()  # what `_Tar.accepted` gives for a member whose data stops short: the file ends there
 
 
 def units(path: str):
@@ -104,6 +105,8 @@ class _Tar:
             if self.past_end(member):
                 return
             item = self.accepted(member)
+            if item is _END:
+                return
             if item is not None:
                 yield item
 
@@ -116,7 +119,8 @@ class _Tar:
         return True
 
     def accepted(self, member):
-        """(key, field, bytes) of a member that may be packed; None (reported unless a folder) otherwise."""
+        """(key, field, bytes) of a member that may be packed; None (reported unless a folder) otherwise;
+        _END (reported) when its data stops short: a gzip's tar size is known only at its end."""
         if member.isdir():
             return None
         problem = self.problem(member)
@@ -126,8 +130,9 @@ class _Tar:
         self.file.seek(member.offset_data)
         data = self.file.read(member.size)
         if len(data) != member.size:
-            return self.bad(member.name, f"truncated: {len(data)} of {member.size} bytes at byte offset "
-                            f"{member.offset_data}")
+            self.bad(member.name, f"truncated: {len(data)} of {member.size} bytes at byte offset "
+                     f"{member.offset_data}; the rest of the file is not read")
+            return _END
         return key, field, data
 
     def problem(self, member) -> str | None:
@@ -149,15 +154,22 @@ class _Tar:
         return None
 
     def check_end(self, end: int) -> None:
-        """Report bytes after the last header that are not zeros (a damaged header tarfile stopped at)."""
-        self.file.seek(end)
+        """Report bytes after the last header that are not zeros (a damaged header tarfile stopped at).
+
+        tarfile's last read was the block at `end`; it is looked at again from memory, since seeking a
+        gzip stream back would decompress it again from its start.
+        """
+        start, chunk = self.file.last
+        if start != end:
+            self.file.seek(end)
+            chunk = b""
         while True:
-            chunk = self.file.read(min(1 << 16, self.file.limit))
-            if not chunk:
-                return
             if chunk.strip(b"\0"):
                 return skip_or_raise(f"{self.path}: byte offset {end}: bytes after the last valid tar member do "
                                      f"not parse; the rest of the file is not read", self.strict, self.on_skip)
+            chunk = self.file.read(min(1 << 16, self.file.limit))
+            if not chunk:
+                return
 
     def sample(self, key: str, fields: dict, label_field: str):
         """The PackSample of one group of members (0 or 1 of them): its label taken out of its fields."""
@@ -189,12 +201,16 @@ class _Guard:
 
     def __init__(self, file, limit: int):
         self.file, self.limit = file, limit
+        self.last = (-1, b"")  # (where, bytes) of the last read
 
     def read(self, size: int = -1) -> bytes:
         """At most `size` bytes; `_TooLarge` for a read of everything or above the limit."""
         if size is None or size < 0 or size > self.limit:
             raise _TooLarge(f"a read of {size} bytes, above the limit of {self.limit}")
-        return self.file.read(size)
+        where = self.file.tell()
+        data = self.file.read(size)
+        self.last = (where, data)
+        return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
         """Move as the wrapped file does."""
