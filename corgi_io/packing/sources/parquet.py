@@ -105,12 +105,14 @@ def _column_type(schema, path: str):
 
 
 def _is_text(kind) -> bool:
+    """Whether an arrow type holds text (a key, or a field to encode UTF-8)."""
     from pyarrow import types
 
     return types.is_string(kind) or types.is_large_string(kind)
 
 
 def _is_bytes_or_text(kind) -> bool:
+    """Whether an arrow type can hold a field: binary of any width, or text."""
     from pyarrow import types
 
     return _is_text(kind) or types.is_binary(kind) or types.is_large_binary(kind) or types.is_fixed_size_binary(kind)

@@ -70,6 +70,7 @@ class _Tar:
     """One tar file read member by member, with the file name and policy every message needs."""
 
     def __init__(self, path: str, raw, max_member_bytes: int, strict: bool, on_skip):
+        """Over the open file `raw` (gunzipped when its first bytes say gzip), behind a `_Guard`."""
         self.path, self.strict, self.on_skip = path, strict, on_skip
         self.max_member_bytes = max_member_bytes
         head = raw.read(2)
@@ -200,6 +201,7 @@ class _Guard:
     included, which tarfile reads whole)."""
 
     def __init__(self, file, limit: int):
+        """Over the seekable `file`; `last` remembers the last read for `_Tar.check_end`."""
         self.file, self.limit = file, limit
         self.last = (-1, b"")  # (where, bytes) of the last read
 
