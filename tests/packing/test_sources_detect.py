@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
-from corgi_io.packing.sources import Unit, check_label, check_mapping, checked_key, detect, units
+from corgi_io.packing.sources import Unit, check_label, check_mapping, checked_key, detect, skip_or_raise, units
 
 
 @pytest.mark.parametrize("source, form", [
@@ -77,3 +77,10 @@ def test_labels_keys_and_mappings_are_checked():
     for bad in ({}, {"label": "y"}, {"JPG": "x"}, {"jpg": ""}, ["jpg"]):
         with pytest.raises(ArgumentError):
             check_mapping("columns", bad, "column name")
+
+
+def test_a_skip_warns_one_line_on_stderr_by_default_and_raises_under_strict(capsys):
+    skip_or_raise("t.tar: member 'x': why", False, None)
+    assert capsys.readouterr().err == "corgi pack: warning: skipped t.tar: member 'x': why\n"
+    with pytest.raises(BadInput, match="^t.tar: member 'x': why$"):
+        skip_or_raise("t.tar: member 'x': why", True, None)

@@ -62,6 +62,19 @@ def test_samples_come_out_exactly_as_written(tmp_path):
     assert [sample.primary() for sample in read(path)[0]] == ["jpg"] * 3
 
 
+def test_the_grouping_is_webdatasets_own(tmp_path):
+    path = write_tar(tmp_path / "a.tar", [member("d.v1/x.seg.PNG", b"p"), member("d.v1/x.JPG", b"j"),
+                                          member("d.v1/y.tokens.npy", b"n"), member("d.v1/y.cls", b"2"),
+                                          member("d.v1/x.txt", b"t")])
+    stock = webdataset.tariterators.group_by_keys(
+        webdataset.tariterators.tar_file_expander(webdataset.tariterators.url_opener([{"url": path}])))
+    theirs = [(sample["__key__"], {name: value for name, value in sample.items() if not name.startswith("__")})
+              for sample in stock]
+    ours = [(sample.key, {**sample.fields, **({"cls": str(sample.label).encode()} if sample.label >= 0 else {})})
+            for sample in read(path)[0]]
+    assert ours == theirs
+
+
 def test_a_gzipped_tar_and_an_fsspec_url_read_the_same(tmp_path):
     path = write_samples(tmp_path / "a.tar")
     data = Path(path).read_bytes()
