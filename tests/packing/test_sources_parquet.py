@@ -91,3 +91,14 @@ def test_not_parquet_and_bad_columns(tmp_path):
     for bad in ({}, {"key": "caption"}, {"JPG": "caption"}, {"jpg": "image..bytes"}):
         with pytest.raises(ArgumentError):
             read(units(path)[0], bad)
+
+
+def test_a_row_group_above_the_size_limit_is_one_line(tmp_path):
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"png": [bytes(range(256)) * 40] * 4, "small": ["x"] * 4}), path, compression="none")
+    (unit,) = units(str(path))
+    samples, messages = read(unit, {"png": "png"}, max_row_group_bytes=10_000)
+    assert samples == []
+    assert re.fullmatch(rf"skipped {re.escape(str(path))}: row group 0: its mapped columns hold \d+ compressed "
+                        r"bytes, above max_row_group_bytes=10000", messages[0])
+    assert len(read(unit, {"txt": "small"}, max_row_group_bytes=10_000)[0]) == 4  # only the mapped columns count

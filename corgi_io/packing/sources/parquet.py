@@ -8,7 +8,7 @@ leaves that field out of its row.  Without ``key`` a row's key is ``<file stem>/
 
 `units` reads only each file's footer.  `read` reads one row group (`iter_batches` over that
 group alone, only the mapped columns' leaves), in batches of `batch_rows` rows, never a whole
-file.  A row group whose schema lacks a mapped column, or holds it with another
+file; a row group whose mapped columns hold more than `max_row_group_bytes` (compressed) is skipped.  A row group whose schema lacks a mapped column, or holds it with another
 type, is one line naming the file and row group (skipped; BadInput under `strict`); a row that
 breaks a rule (a bad key or label, no field left) is one line naming its row.
 """
@@ -22,6 +22,7 @@ from corgi_io.packing.sources import Unit, check_mapping, open_binary, sample_fr
 
 SUFFIXES = (".parquet",)
 BATCH_ROWS = 256
+MAX_ROW_GROUP_BYTES = 1 << 31  # compressed bytes of a row group's mapped columns (untrusted files bound memory)
 
 
 def units(path: str):
@@ -36,20 +37,22 @@ def units(path: str):
     return found
 
 
-def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch_rows: int = BATCH_ROWS):
+def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch_rows: int = BATCH_ROWS,
+         max_row_group_bytes: int = MAX_ROW_GROUP_BYTES):
     """The samples of one row group, in row order (see the module docstring for what is skipped)."""
     check_mapping("columns", columns, "column name")
     if any("" in path.split(".") for path in columns.values()):
         raise ArgumentError(f"columns {columns!r}: a column path has an empty part")
     where = f"{unit.path}: row group {unit.part}"
-    name = posixpath.basename(unit.path)
-    stem = name[:-len(".parquet")] if name.lower().endswith(".parquet") else name
+    base = posixpath.basename(unit.path)
+    stem = base[:-len(".parquet")] if base.lower().endswith(".parquet") else base
+    leaves = sorted(set(columns.values()))
     with _opened(unit.path) as file:
-        problem = _schema_problem(file.schema_arrow, columns)
+        problem = (_schema_problem(file.schema_arrow, columns)
+                   or _size_problem(file.metadata.row_group(unit.part), leaves, max_row_group_bytes))
         if problem is not None:
             return skip_or_raise(f"{where}: {problem}", strict, on_skip)
         row = unit.first_row
-        leaves = sorted(set(columns.values()))
         for batch in file.iter_batches(batch_size=batch_rows, row_groups=[unit.part], columns=leaves):
             values = {name: _values(batch, path) for name, path in columns.items()}
             for i in range(batch.num_rows):
@@ -86,6 +89,17 @@ def _schema_problem(schema, columns: dict) -> str | None:
         check, what = wanted.get(name, (_is_bytes_or_text, "binary or string"))
         if not check(kind):
             return f"column {path!r} is {kind}, not {what} (for {name!r})"
+    return None
+
+
+def _size_problem(group, leaves: list, limit: int) -> str | None:
+    """Whether the column chunks that `leaves` select in row group metadata `group` hold more compressed
+    bytes than `limit` (pyarrow holds a column chunk whole while it decodes it), or None."""
+    paths = (group.column(j).path_in_schema for j in range(group.num_columns))
+    size = sum(group.column(j).total_compressed_size for j, path in enumerate(paths)
+               if any(path == leaf or path.startswith(leaf + ".") for leaf in leaves))
+    if size > limit:
+        return f"its mapped columns hold {size} compressed bytes, above max_row_group_bytes={limit}"
     return None
 
 
