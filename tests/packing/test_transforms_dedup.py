@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from corgi_io.errors import BadInput
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.transforms.dedup import ExactDedup, content_hash, first_occurrences, hashes_of
+from corgi_io.packing.transforms.dedup import (ExactDedup, content_hash, first_occurrences, first_occurrences_chunked,
+                                               hashes_of)
 
 UINT64 = st.integers(0, 2**64 - 1)
 
@@ -63,3 +64,17 @@ def test_digests_become_rows_and_duplicates_are_found():
 def test_it_pickles_and_records_its_options():
     dedup = ExactDedup("jpg")
     assert pickle.loads(pickle.dumps(dedup)) == dedup and dedup.options() == {"field": "jpg", "hash": "blake2b-128"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2)), max_size=60), st.integers(1, 5), st.integers(1, 7))
+def test_the_chunked_plan_equals_the_in_memory_one(rows, partitions, chunk_rows):
+    hashes = np.array(rows, dtype=np.uint64).reshape(-1, 2)
+    assert first_occurrences_chunked(hashes, partitions, chunk_rows).tolist() == first_occurrences(hashes).tolist()
+
+
+def test_the_chunked_plan_reads_a_memory_mapped_file(tmp_path):
+    digests = [content_hash(bytes([i % 7])) for i in range(100)]
+    np.save(tmp_path / "hashes.npy", hashes_of(digests))
+    mapped = np.load(tmp_path / "hashes.npy", mmap_mode="r")
+    assert first_occurrences_chunked(mapped, 3, chunk_rows=16).tolist() == [i < 7 for i in range(100)]

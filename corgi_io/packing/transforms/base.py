@@ -69,6 +69,9 @@ class TransformChain:
 
     steps: tuple = ()
 
+    def __post_init__(self):
+        object.__setattr__(self, "steps", tuple(self.steps))  # a list given: still hashable, still equal
+
     def __call__(self, sample: PackSample) -> Kept | Drop:
         """The sample after every step, with the sizes still valid; or the Drop of the step that left it out."""
         sizes = {}
