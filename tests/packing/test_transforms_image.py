@@ -126,3 +126,11 @@ def test_it_pickles_and_records_its_options():
     resize = ImageResize(128, format="webp", quality=80)
     assert pickle.loads(pickle.dumps(resize)) == resize
     assert resize.options() == {"max_side": 128, "format": "webp", "quality": 80, "max_pixels": 89_478_485}
+
+
+def test_a_format_pillow_cannot_write_is_bad_input(monkeypatch):
+    sample = PackSample("k", 0, {"png": encoded(128, 96, "PNG")})
+    Image.init()  # every plugin registered, so that removing the PNG writer sticks
+    monkeypatch.delitem(Image.SAVE, "PNG")
+    with pytest.raises(BadInput, match="'k'.*'png' is PNG, which Pillow cannot write"):
+        ImageResize(64)(sample)

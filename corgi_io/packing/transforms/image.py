@@ -100,6 +100,8 @@ class ImageResize:
                 encoded = encode(image, target, out_format, self.quality)
         except BadInput:
             raise
+        except KeyError:  # Image.SAVE, Pillow's registry of writers, has none for the format
+            raise BadInput(f"sample {key!r}: field {name!r} is {out_format}, which Pillow cannot write") from None
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
             raise BadInput(f"sample {key!r}: field {name!r} is not a readable image ({exc})") from None
         return _field_name(name, out_format), encoded, target[0] * target[1]
