@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
+import json
 import multiprocessing
 import pickle
 import sys
@@ -85,7 +86,7 @@ def test_options_name_each_step_and_rebuild_the_chain(user_module, tokenizer_fil
                             UserMap(f"{user_module}:keep_all")))
     options = chain.options()
     assert [step["name"] for step in options] == ["resize", "tokenize", "map"]
-    assert pickle.loads(pickle.dumps(options)) == options and build_chain(options) == chain
+    assert json.loads(json.dumps(options)) == options and build_chain(options) == chain
     assert build_chain(options)(SAMPLE) == chain(SAMPLE)
 
 
