@@ -1,0 +1,76 @@
+"""`UserMap`: a user's function ``module:function`` gives each sample its new fields, or drops it.
+
+The function is called as ``function(fields, key)`` with a copy of the sample's fields ({name:
+bytes}) and its key, and returns the sample's new fields, a dict {name: bytes} that replaces the
+old one whole (so it may add, replace, rename or remove fields: ``{**fields, "caption.txt": b"..."}``
+adds one), or None to drop the sample (a skip record, never fatal).  An exception it raises, or a
+result that is not such a dict, is BadInput naming the sample: skipped, or fatal under strict.  The
+label is kept.  The module must be importable by every worker (on its sys.path; not ``__main__``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+from corgi_io.errors import BadInput, PackError, plain_message
+from corgi_io.packing.sample import PackSample, check_field_name
+from corgi_io.packing.transforms.base import Drop, Kept
+
+
+@dataclass(frozen=True)
+class UserMap:
+    """Map each sample's fields with the function `function` names (``module:function``); None drops it.
+
+    The function is imported once here (a PackError at once if it cannot be), and once more per
+    worker process on first use: the function itself is never pickled, only its name.
+    """
+
+    name: ClassVar[str] = "map"
+    function: str
+    _function: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_function", load_function(self.function, "map"))
+
+    def __getstate__(self) -> dict:
+        """Only the name: a worker imports the function itself."""
+        return {"function": self.function}
+
+    def options(self) -> dict:
+        """The JSON-able options (the manifest records them)."""
+        return {"function": self.function}
+
+    def __call__(self, sample: PackSample) -> Kept | Drop:
+        """The sample with the fields the function returned, or a Drop when it returned None."""
+        if self._function is None:
+            object.__setattr__(self, "_function", load_function(self.function, "map"))
+        try:
+            fields = self._function(dict(sample.fields), sample.key)
+        except Exception as exc:  # a user function may raise anything: the sample is bad, the pack goes on
+            raise BadInput(f"sample {sample.key!r}: {self.function} raised {plain_message(exc)}") from None
+        if fields is None:
+            return Drop(sample.key, f"{self.function} returned None")
+        if not isinstance(fields, dict):
+            raise BadInput(f"sample {sample.key!r}: {self.function} returned {type(fields).__name__}, not a dict of fields")
+        for name in fields:
+            try:
+                check_field_name(name)
+            except BadInput as exc:
+                raise BadInput(f"sample {sample.key!r}: {self.function} returned {exc}") from None
+        return Kept(PackSample(sample.key, sample.label, dict(fields)))  # checks bytes values and a field at least
+
+
+def load_function(spec: str, option: str):
+    """The callable ``module:function`` names; PackError naming `option` and `spec` if it cannot be had."""
+    module_name, _, function_name = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not module_name or not function_name:
+        raise PackError(f"{option} {spec!r}: expected MODULE:FUNCTION")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except Exception as exc:  # importing runs the module's code, which may raise anything
+        raise PackError(f"{option} {spec!r}: {plain_message(exc)}") from None
+    if not callable(function):
+        raise PackError(f"{option} {spec!r} is not callable")
+    return function
