@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.corpus_factory import write_image
 
 from corgi_io.errors import ArgumentError, CorruptDataError
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io.loaders.collate import PackedBytes, collate_samples
 from corgi_io.packing import PackOptions, pack
-from helpers.corpus_factory import write_image
 
 DATA = Path(__file__).parents[1] / "data"
 SINGLE_FIELD_KEYS = {"index", "key", "label", "size", "kind", "ext", "data"}

@@ -9,16 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import webdataset
+from helpers.corpus_factory import write_image, write_text
 from tfrecord.reader import tfrecord_loader
 
 from corgi_io.errors import CorpusError, PackError
 from corgi_io.formats import get_format
-from corgi_io.manifest.checksum import checksum_function
 from corgi_io.manifest import ManifestError, open_manifest
+from corgi_io.manifest.checksum import checksum_function
 from corgi_io.packing import PackOptions, pack
 from corgi_io.packing.corpus import EXTENSIONS, discover
 from corgi_io.packing.sample import FIELD_KINDS
-from helpers.corpus_factory import write_image, write_text
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -79,7 +79,7 @@ def test_fields_pack_and_stock_readers_see_them(tmp_path, fmt):
     expected = captioned_corpus(tmp_path / "src")
     m = pack(tmp_path / "src", tmp_path / "out", PackOptions(format=fmt), progress=False)
     assert (m.version, m.fields, m.max_fields, m.field_counts()) == (3, ["jpg", "json", "txt"], 3, [6, 4, 6])
-    assert m.extensions == ["jpg"] and set(m.kind_name(i) for i in range(m.num_samples)) == {"image"}
+    assert m.extensions == ["jpg"] and {m.kind_name(i) for i in range(m.num_samples)} == {"image"}
     masks = dict(zip(m.keys(), m.samples.fields.tolist()))
     assert masks == {key: 0b101 if key.endswith("001") else 0b111 for key in expected}
     assert m.samples.bytes.tolist() == [len(expected[key]["jpg"]) for key in m.keys()]  # the primary's bytes
