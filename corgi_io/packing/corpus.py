@@ -115,8 +115,8 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
     """
     source = Path(source)
     is_folder = check_source(source)
-    builder = _Builder(source, kind, label_index, strict, spool_dir, max_sample_bytes, primary, tuple(require))
-    builder.grouping = is_folder
+    builder = _Builder(source, kind, label_index, strict, spool_dir, max_sample_bytes, primary, tuple(require),
+                       grouping=is_folder)
     if is_folder:
         base, entries = os.path.abspath(source), walk_folder(os.path.abspath(source), builder.skip)
     else:
@@ -165,9 +165,9 @@ class _Builder:
     """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
 
     def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir, max_sample_bytes,
-                 primary: str | None = None, require: tuple = ()):
+                 primary: str | None = None, require: tuple = (), grouping: bool = False):
         self.source, self.kind, self.strict, self.max_sample_bytes = source, kind, strict, max_sample_bytes
-        self.primary, self.require, self.grouping = primary, require, False  # grouping: files sharing a stem
+        self.primary, self.require, self.grouping = primary, require, grouping  # grouping: files sharing a stem
         self.strings = SpooledStrings(spool_dir)
         self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
         self.fixed_labels = label_index is not None

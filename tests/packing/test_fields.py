@@ -19,6 +19,7 @@ from corgi_io.manifest.checksum import checksum_function
 from corgi_io.packing import PackOptions, pack
 from corgi_io.packing.corpus import EXTENSIONS, discover
 from corgi_io.packing.sample import FIELD_KINDS
+from corgi_io.report.verify import verify
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -158,3 +159,16 @@ def test_a_v3_field_mask_that_misses_its_primary_or_names_no_field_is_refused(tm
     (tmp_path / "out" / "manifest.json").write_text(json.dumps(dict(head, fields=["jpg", "jpg"])))
     with pytest.raises(ManifestError, match="distinct"):
         open_manifest(tmp_path / "out")
+
+
+def test_verify_checks_each_record_holds_the_fields_its_mask_lists(tmp_path):
+    captioned_corpus(tmp_path / "src")
+    pack(tmp_path / "src", tmp_path / "out", PackOptions(order="keep"), progress=False)
+    assert verify(tmp_path / "out", progress=False).ok
+    path = tmp_path / "out" / "columns" / "sample_fields.npy"
+    masks = np.load(path)
+    masks[0] = 0b101  # cat/000 holds a json too: a valid mask, but not its record's
+    np.save(path, masks)
+    report = verify(tmp_path / "out", progress=False)
+    assert not report.ok and "sample 'cat/000': shard has fields ['jpg', 'json', 'txt'], manifest says ['jpg', " \
+                              "'txt']" in report.problems[0].message
