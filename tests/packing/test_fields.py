@@ -172,3 +172,17 @@ def test_verify_checks_each_record_holds_the_fields_its_mask_lists(tmp_path):
     report = verify(tmp_path / "out", progress=False)
     assert not report.ok and "sample 'cat/000': shard has fields ['jpg', 'json', 'txt'], manifest says ['jpg', " \
                               "'txt']" in report.problems[0].message
+
+
+def test_the_cli_packs_with_primary_and_require_and_stats_lists_the_fields(tmp_path, corgi):
+    captioned_corpus(tmp_path / "src")
+    result = corgi("pack", tmp_path / "src", tmp_path / "out", "--require", "jpg,json", "--primary", "txt",
+                   "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("(--require jpg,json)") == 4  # the two 001 samples, two files each
+    stats = corgi("stats", tmp_path / "out")
+    assert "fields: txt (4), jpg (4), json (4)" in stats.stdout
+    assert json.loads(corgi("stats", tmp_path / "out", "--json").stdout)["fields"] == {"txt": 4, "jpg": 4, "json": 4}
+    refused = corgi("pack", tmp_path / "src", tmp_path / "other", "--require", "J/x")
+    assert refused.exit_code == 1 and "field name 'J/x'" in refused.stderr
+    assert "files that share a folder and a stem are one sample" in " ".join(corgi("pack", "--help").stdout.split())
