@@ -210,6 +210,8 @@ class _Builder:
     def close_group(self) -> None:
         """Turn the queued entries of one sample into a row of values, or record why its files are skipped."""
         group, self.group = self.group, []
+        if not group:
+            return None
         members = self._distinct_fields(group)
         index, kind = self._primary([field for _, field in members])
         if index is None:

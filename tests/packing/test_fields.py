@@ -67,6 +67,13 @@ def test_a_lone_sidecar_is_skipped_and_a_repeated_field_is_a_problem(tmp_path):
         discover(tmp_path, strict=True)
 
 
+@pytest.mark.parametrize("kind", ["auto", "image"])
+def test_an_empty_folder_is_still_an_empty_corpus(tmp_path, kind):
+    (tmp_path / "src").mkdir()
+    with pytest.raises(CorpusError, match="empty"):
+        discover(tmp_path / "src", kind)
+
+
 def test_more_than_64_field_names_are_refused(tmp_path):
     for i in range(65):
         write_image(tmp_path / "a" / f"s{i}.jpg", 2, 2)
