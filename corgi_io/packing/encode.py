@@ -126,10 +126,10 @@ class _BlockEncoder:
         parts, at, crc, lo, hi = [], shard_offset, 0, first - rows.first, stop - rows.first
         columns = (rows.kind[lo:hi].tolist(), rows.ext[lo:hi].tolist(), rows.label[lo:hi].tolist(), rows.names[lo:hi],
                    rows.keys[lo:hi])
-        for position, kind, ext, label, names, key in zip(range(first, stop), *columns):
-            paths = [name if name.startswith("/") else prefix + name  # os.path.join, without its cost per file
-                     for name in names.split("\0")]
-            payload, size, extra = self._read_sample(paths, KINDS[kind], names.split("\0"))
+        for position, kind, ext, label, joined, key in zip(range(first, stop), *columns):
+            names = joined.split("\0")  # the sample's files, primary first
+            paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
+            payload, size, extra = self._read_sample(paths, KINDS[kind], names)
             if payload is None:
                 continue
             record, data_offset = fmt.encode(key, extensions[ext], payload, label, size, extra)
