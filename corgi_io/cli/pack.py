@@ -55,8 +55,14 @@ def check_dask_address(ctx, param, value):
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="wds", show_default=True)
 @click.option("--kind", type=click.Choice(("auto", *KINDS)), default="auto", show_default=True,
-              help="Keep only files of this kind: files whose extension names another kind are skipped (counted in "
-                   "one line, listed in the manifest); files of an unknown extension are packed as this kind.")
+              help="Keep only samples with a field of this kind (the first is primary): the files of others are "
+                   "skipped (counted in one line, listed in the manifest); a sample whose fields name no kind is "
+                   "packed as this kind.")
+@click.option("--primary", metavar="FIELD",
+              help="The field whose kind and size drive balance and stats (default: the first image field, else "
+                   "video, else text); a sample without it is skipped.")
+@click.option("--require", metavar="FIELD,FIELD", default="",
+              help="Skip (and record) every sample that lacks one of these fields, e.g. --require jpg,txt.")
 @click.option("--labels", "labels_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file of class names, one per line, that fixes the label ids.")
 @click.option("--block-samples", type=click.IntRange(min=1), default=layout.DEFAULT_BLOCK_SAMPLES, show_default=True,
@@ -86,9 +92,14 @@ def check_dask_address(ctx, param, value):
                    "instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 @click.pass_context
-def pack_command(ctx, source, output, fmt, kind, labels_file, block_samples, block_bytes, shard_bytes, order, seed,
-                 workers, dask_address, size_fn, max_pixels, max_sample_bytes, strict, overwrite):
-    """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT."""
+def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
+                 order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, strict, overwrite):
+    """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT.
+
+    In a folder, files that share a folder and a stem are one sample with one field per file
+    (cat/001.jpg + cat/001.txt: sample cat/001, fields jpg and txt), as WebDataset groups tar members;
+    files with distinct stems (the example corpus) stay one sample each.  A listing row is one sample.
+    """
     if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
         raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
                                "(use --dask local:N for N local worker processes)")
@@ -98,7 +109,8 @@ def pack_command(ctx, source, output, fmt, kind, labels_file, block_samples, blo
     with one_line_errors(), _dask_client(dask_address) as client:
         options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
                               block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn,
-                              label_index=label_index, max_pixels=max_pixels or None, max_sample_bytes=max_sample_bytes)
+                              label_index=label_index, max_pixels=max_pixels or None, max_sample_bytes=max_sample_bytes,
+                              primary=primary, require=tuple(name for name in require.split(",") if name))
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "

@@ -1,10 +1,11 @@
 """Shard formats.  Each module offers the same small surface:
 
 * ``SUFFIX`` - the shard file suffix;
-* ``encode(key, ext, data, label, size) -> (record parts, payload offset in the record)``;
+* ``encode(key, ext, data, label, size, extra=()) -> (record parts, payload offset in the record)``: `data` is
+  the primary field (named `ext`), `extra` the sample's other fields as (name, bytes) pairs;
 * ``TRAILER`` - bytes that close a shard;
-* ``estimate_record_bytes(nbytes, key_bytes)`` - record size before the file is read;
-* ``parse_block(buffer, base_offset) -> iterator of Record`` - parse whole samples from a byte range;
+* ``estimate_record_bytes(nbytes, key_bytes, fields=1)`` - record size before the files are read;
+* ``parse_block(buffer, base_offset) -> iterator of Record`` - parse whole samples, fields and all, from a byte range;
 * ``write_sidecars(shard_path, offsets, lengths)`` - files that stock readers want beside a shard.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ from corgi_io.errors import FormatError  # noqa: F401  (re-exported: formats rai
 # The registry: format name -> its module, imported on first use.  A new format is one entry.
 FORMAT_MODULES = {"wds": "corgi_io.formats.wds", "tfrecord": "corgi_io.formats.tfrecord"}
 FORMATS = tuple(FORMAT_MODULES)
+# Names no extra field may take: the label member (cls), the TFRecord features and the loader's sample dict keys.
+RESERVED_FIELDS = frozenset({"cls", "key", "ext", "data", "label", "size", "index", "kind", "fields"})
 
 
 class Record(NamedTuple):
@@ -29,6 +32,7 @@ class Record(NamedTuple):
     offset: int
     length: int
     data_offset: int
+    fields: tuple = ()  # every field as (name, bytes), the primary (`data`) first
 
 
 def get_format(name: str):

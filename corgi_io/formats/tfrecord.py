@@ -1,9 +1,10 @@
 """TFRecord shards: tf.train.Example records with masked CRC32C framing.
 
 Each record is ``uint64 length | masked crc32c(length) | Example bytes | masked crc32c(Example)``
-with features ``key`` (bytes), ``data`` (the original file bytes), ``ext`` (bytes: the original
-file's lower-case extension without the dot, empty when it had none), ``label`` (int64, -1 when
-unlabeled) and ``size`` (int64).  Each shard gets tfrecord's ``.index`` sidecar
+with features ``key`` (bytes), ``data`` (the primary field: the original file bytes), ``ext``
+(bytes: the primary field's name, the original file's lower-case extension without the dot,
+empty when it had none), ``label`` (int64, -1 when unlabeled), ``size`` (int64), and one bytes
+feature per other field of the sample, named by the field (``txt``, ``json``).  Each shard gets tfrecord's ``.index`` sidecar
 (``offset length`` per line; `write_sidecars` writes it, `parse_index` reads it back), so
 `tfrecord.torch.TFRecordDataset(path, index_path)` and `tf.data.TFRecordDataset` read our
 shards unchanged.  CRC32C comes from the `crc32c`
@@ -19,7 +20,7 @@ import crc32c
 import numpy as np
 
 from corgi_io.errors import FormatError
-from corgi_io.formats import Record
+from corgi_io.formats import RESERVED_FIELDS, Record
 from corgi_io.formats.example_proto import decode_example, encode_example
 
 SUFFIX = ".tfrecord"
@@ -39,17 +40,18 @@ def masked_crc(*parts) -> bytes:
     return struct.pack("<I", (((crc >> 15) | (crc << 17)) + CRC_MASK_DELTA) & 0xFFFFFFFF)
 
 
-def encode(key: str, ext: str, data: bytes, label: int, size: int):
-    """Framed record for one sample: (list of byte strings, payload offset in the record)."""
-    example, offsets = encode_example({"key": key.encode("utf-8"), "ext": ext.encode("utf-8"), "data": data},
-                                      {"label": label, "size": size})
+def encode(key: str, ext: str, data: bytes, label: int, size: int, extra=()):
+    """Framed record for one sample, `extra` ((name, bytes) pairs) as features of their own names:
+    (list of byte strings, primary payload offset in the record)."""
+    example, offsets = encode_example({**dict(extra), "key": key.encode("utf-8"), "ext": ext.encode("utf-8"),
+                                       "data": data}, {"label": label, "size": size})
     length_bytes = struct.pack("<Q", sum(len(part) for part in example))
     return [length_bytes, masked_crc(length_bytes), *example, masked_crc(*example)], 12 + offsets["data"]
 
 
-def estimate_record_bytes(nbytes, key_bytes):
+def estimate_record_bytes(nbytes, key_bytes, fields=1):
     """Record size from payload and key lengths (within a few bytes: varint and extension lengths vary)."""
-    return FRAME + nbytes + key_bytes + 100
+    return FRAME + nbytes + key_bytes + 100 + (fields - 1) * 80
 
 
 def write_sidecars(shard_path, offsets, lengths) -> list:
@@ -103,11 +105,17 @@ def parse_block(buffer, base_offset: int = 0):
 
 
 def _record(example, offset: int, length: int) -> Record:
+    """The Record of one Example: the primary field from ``data`` (named by ``ext``), the others by feature name."""
     try:
         features = decode_example(example)
         (data_start, data_end), (key_start, key_end) = features["data"][0], features["key"][0]
         label = features["label"][0]
         key = bytes(example[key_start:key_end]).decode("utf-8")
+        ext = bytes(example[slice(*features["ext"][0])]).decode("utf-8") if features.get("ext") else ""
+        data = bytes(example[data_start:data_end])
+        fields = ((ext, data), *((name, bytes(example[slice(*values[0])])) for name, values in features.items()
+                                 if isinstance(name, str) and name not in RESERVED_FIELDS and values
+                                 and isinstance(values[0], tuple)))
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise FormatError(offset, f"not a corgi tf.train.Example ({type(exc).__name__}: {exc})") from None
-    return Record(key, bytes(example[data_start:data_end]), label, offset, length, offset + 12 + data_start)
+    return Record(key, data, label, offset, length, offset + 12 + data_start, fields)

@@ -1,7 +1,8 @@
 """WebDataset tar shards: POSIX tar (pax where names need it) with webdataset member naming.
 
-A sample is the member ``<key>.<ext>`` holding the original file bytes, unchanged, then
-``<key>.cls`` holding the class id as ASCII digits (omitted for unlabeled samples).
+A sample is one member per field, contiguous: ``<key>.<ext>`` holding the primary field (the original
+file bytes, unchanged), then ``<key>.<field>`` for each other field, then ``<key>.cls`` holding the
+class id as ASCII digits (omitted for unlabeled samples).
 `webdataset.WebDataset(urls)` groups consecutive members by key, so stock readers see
 exactly our samples.  Headers come from the standard library's `tarfile`.
 """
@@ -49,24 +50,28 @@ def _header(name: str, size: int) -> bytes:
     return bytes(header)
 
 
-def encode(key: str, ext: str, data: bytes, label: int, size: int):
-    """Tar members for one sample: (list of byte strings, payload offset in the record)."""
+def encode(key: str, ext: str, data: bytes, label: int, size: int, extra=()):
+    """Tar members for one sample, the primary field first, then `extra` ((name, bytes) pairs), then the label:
+    (list of byte strings, primary payload offset in the record)."""
     header = _header(f"{key}.{ext}", len(data))
     parts = [header, data, b"\0" * (_padded(len(data)) - len(data))]
+    for name, value in extra:
+        parts += [_header(f"{key}.{name}", len(value)), value, b"\0" * (_padded(len(value)) - len(value))]
     if label >= 0:
         digits = str(label).encode()
         parts += [_header(f"{key}.cls", len(digits)), digits, b"\0" * (BLOCK - len(digits))]
     return parts, len(header)
 
 
-def estimate_record_bytes(nbytes, key_bytes):
-    """Record size from payload and key lengths (exact for labeled samples with names up to 100 bytes).
+def estimate_record_bytes(nbytes, key_bytes, fields=1):
+    """Record size from payload and key lengths (exact for labeled one-field samples with names up to 100 bytes).
 
     Longer names get a pax header per member: a header block plus the padded
     "NN path=<name>\n" record (with generous room for the extension and length digits).
+    Each field beyond the first adds a header and, at most, a block of padding.
     """
     pax = (key_bytes + 8 > 100) * 2 * (BLOCK + _padded(key_bytes + 32))
-    return BLOCK + _padded(nbytes) + 2 * BLOCK + pax
+    return BLOCK + _padded(nbytes) + 2 * BLOCK + pax + (fields - 1) * (2 * BLOCK + pax // 2)
 
 
 def write_sidecars(shard_path, offsets, lengths) -> list:
@@ -77,32 +82,33 @@ def write_sidecars(shard_path, offsets, lengths) -> list:
 def parse_block(buffer, base_offset: int = 0):
     """Parse whole samples from the bytes of one block (or a whole shard) with `tarfile`.
 
-    Raises FormatError naming the absolute offset where the bytes stop being valid tar.
+    Consecutive members of one key are one sample: its first member is the primary field (`data`),
+    every member but ``.cls`` a field, and ``.cls`` its label.  Raises FormatError naming the
+    absolute offset where the bytes stop being valid tar.
     """
     buffer = memoryview(buffer)
-    pending = None  # (key, record start, data, data offset)
+    pending = None  # [key, record start, fields, primary data offset, label]
     end = 0
     try:
         for member in tarfile.open(fileobj=io.BytesIO(buffer), mode="r:", encoding="utf-8"):
             if not member.isfile():
                 raise FormatError(base_offset + member.offset, f"tar member {member.name!r} is not a regular file")
-            name = member.name
-            slash = name.rfind("/") + 1
-            dot = name.find(".", slash)
-            key, ext = (name[:dot], name[dot + 1:]) if dot > slash else (name, "")
+            key, ext = _split_name(member.name)
             data = bytes(buffer[member.offset_data: member.offset_data + member.size])
             if len(data) != member.size:
-                raise FormatError(base_offset + member.offset_data, f"tar member {name!r} is truncated")
-            end = member.offset_data + _padded(member.size)
-            if ext == "cls" and pending and pending[0] == key:
-                yield Record(key, pending[2], int(data), base_offset + pending[1], end - pending[1], base_offset + pending[3])
+                raise FormatError(base_offset + member.offset_data, f"tar member {member.name!r} is truncated")
+            if pending and (pending[0] != key or pending[4] >= 0):
+                yield _record(pending, member.offset, base_offset)
                 pending = None
-                continue
-            if pending:
-                yield _unlabeled(pending, member.offset, base_offset)
-            pending = (key, member.offset, data, member.offset_data)
+            end = member.offset_data + _padded(member.size)
+            if pending is None:
+                pending = [key, member.offset, [], member.offset_data, -1]
+            if ext == "cls" and pending[2]:
+                pending[4] = int(data)
+            else:
+                pending[2].append((ext, data))
         if pending:
-            yield _unlabeled(pending, end, base_offset)
+            yield _record(pending, end, base_offset)
     except tarfile.TarError as exc:
         raise FormatError(base_offset + end, f"bad tar header ({exc})") from None
     if end < len(buffer) and any(buffer[end:].tobytes()):
@@ -110,6 +116,13 @@ def parse_block(buffer, base_offset: int = 0):
         raise FormatError(base_offset + end, "bytes after the last valid tar member do not parse")
 
 
-def _unlabeled(pending, end: int, base_offset: int) -> Record:
-    key, start, data, data_offset = pending
-    return Record(key, data, -1, base_offset + start, end - start, base_offset + data_offset)
+def _split_name(name: str) -> tuple:
+    """(key, field) of a member name: webdataset splits at the first dot of the base name."""
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    return (name[:dot], name[dot + 1:]) if dot > slash else (name, "")
+
+
+def _record(pending, end: int, base_offset: int) -> Record:
+    key, start, fields, data_offset, label = pending
+    return Record(key, fields[0][1], label, base_offset + start, end - start, base_offset + data_offset, tuple(fields))

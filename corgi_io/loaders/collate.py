@@ -7,7 +7,10 @@ A batch is one dict (a `Batch`) with the samples' fields side by side:
 - raw bytes (`decode=None`) -> one `PackedBytes`: a single buffer plus offsets, which crosses
   DataLoader worker queues as one object instead of B;
 - strings (`key`, `kind`, `ext`, decoded text) and anything else -> a list;
-- tuples and dicts (a transform returning several values) -> collated field by field.
+- tuples and dicts (a transform returning several values) -> collated field by field;
+- a sample's fields (packs of several fields per sample): each as above, under its name; the primary
+  field is `data` itself, not a second copy; a field that some samples of the batch lack -> a list
+  with None for those samples (`fields` lists each sample's names).
 
 Arrays of different shapes, or a PIL image, raise `BatchError` naming the sample's key.
 
@@ -102,7 +105,17 @@ def collate_samples(samples: list) -> Batch:
     or types meet in one field, or when a field holds PIL images.
     """
     keys = [sample.get("key") for sample in samples]
-    return Batch({name: collate_field(name, [sample[name] for sample in samples], keys) for name in samples[0]})
+    batch = Batch()
+    for name in dict.fromkeys(name for sample in samples for name in sample):
+        values = [sample.get(name) for sample in samples]
+        if name != "data" and "data" in batch and all(value is sample.get("data") for value, sample in
+                                                      zip(values, samples)):
+            batch[name] = batch["data"]  # the primary field under its own name
+        elif any(name not in sample for sample in samples):
+            batch[name] = values  # a field that some samples lack: None for those
+        else:
+            batch[name] = collate_field(name, values, keys)
+    return batch
 
 
 def collate_field(name: str, values: list, keys: list):

@@ -2,7 +2,9 @@
 
 "pil" and "rgb" decode images, "text" UTF-8 text, "video" a clip of frames (`VideoDecoder`,
 PyAV, in memory), and "auto" (`AutoDecoder`) picks one of those by the sample's `kind`, for
-packs that mix images, videos and texts.  A built-in decoder of one kind has `name` and `kind`:
+packs that mix images, videos and texts.  A mapping from field name to any of those
+(``{"jpg": "rgb", "txt": "text"}``, `FieldDecoders`) decodes each named field of a sample, the
+primary one (``data``) included; fields it does not name stay bytes.  A built-in decoder of one kind has `name` and `kind`:
 the dataset refuses a sample of another kind with a DecodeError that says so, before decoding.
 
 Image decoders refuse a decompression bomb before they allocate: the header gives the size,
@@ -112,16 +114,31 @@ class AutoDecoder:
         return rgb_tensor(open_image(data, self.max_pixels)) if kind == "image" else data.decode("utf-8")
 
 
+@dataclasses.dataclass(frozen=True)
+class FieldDecoders:
+    """decode={"jpg": "rgb", "txt": "text"}: one decoder per field name, as `decoders` ((name, decoder), ...)."""
+
+    decoders: tuple
+
+    def for_epoch(self, seed: int, epoch: int) -> FieldDecoders:
+        return FieldDecoders(tuple((name, epoch_decoder(decoder, seed, epoch)) for name, decoder in self.decoders))
+
+
 def get_decoder(decode, max_pixels: int | None = DEFAULT_MAX_PIXELS):
     """None (raw bytes), 'pil' (RGB PIL image), 'rgb' (uint8 HxWx3 tensor), 'text' (str),
     'video' (uint8 TxHxWx3 tensor of 8 frames: `VideoDecoder`), 'auto' (by kind: `AutoDecoder`),
-    or a callable(data, sample), such as `VideoDecoder(frames=16, clip="random")`.
+    or a callable(data, sample), such as `VideoDecoder(frames=16, clip="random")`; or a mapping from field
+    name to any of those (`FieldDecoders`).
 
     `max_pixels` bounds 'pil', 'rgb', and the frames x H x W of a 'video' clip (None: no bound
     beyond Pillow's own).
     """
     if decode is None or callable(decode):
         return decode
+    if isinstance(decode, dict):
+        if not all(isinstance(name, str) for name in decode):
+            raise ArgumentError(f"decode's field names must be strings, got {sorted(map(repr, decode))}")
+        return FieldDecoders(tuple((name, get_decoder(value, max_pixels)) for name, value in decode.items()))
     if decode == "video":
         return VideoDecoder(max_pixels=max_pixels)
     if decode == "auto":

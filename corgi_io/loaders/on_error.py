@@ -21,6 +21,8 @@ import warnings
 
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError, DecodeError, plain_message
+from corgi_io.loaders.decode import FieldDecoders
+from corgi_io.packing.sample import field_kind
 
 ON_ERROR = ("raise", "skip")
 WARN_FIRST = 5  # failures warned one by one in each worker's epoch; the rest are counted
@@ -35,12 +37,14 @@ def check_on_error(on_error: str, batch_size) -> None:
                             "shorter, so every rank keeps len(dataset) steps; without batches the epoch would be short")
 
 
-def wrong_kind(sample: dict, decode) -> str | None:
-    """Why a built-in decoder of one kind (`decode.kind`) refuses `sample` of another kind; None if it does not."""
-    kind = getattr(decode, "kind", None)
-    if kind is None or sample["kind"] == kind:
+def wrong_kind(sample: dict, decode, field: str | None = None) -> str | None:
+    """Why a built-in decoder of one kind (`decode.kind`) refuses `sample` (its non-primary `field`) of another kind;
+    None if it does not (a field of no known kind is left to the decoder)."""
+    kind, has = getattr(decode, "kind", None), sample["kind"] if field is None else field_kind(field)
+    if kind is None or has is None or has == kind:
         return None
-    return (f"sample {sample['key']!r} is {_KIND_WORDS[sample['kind']][0]}; decode={decode.name!r} decodes "
+    what = f"sample {sample['key']!r}" if field is None else f"field {field!r} of sample {sample['key']!r}"
+    return (f"{what} is {_KIND_WORDS[has][0]}; decode={decode.name!r} decodes "
             f"{_KIND_WORDS[kind][1]}: pack with --kind {kind} or use decode='auto'")
 
 
@@ -59,7 +63,10 @@ class SamplePreparer:
         """`sample` with its data decoded and transformed; under "skip", the DecodeError of one that failed."""
         if self.decode is not None:
             try:
-                sample["data"] = self._decoded(sample)
+                if isinstance(self.decode, FieldDecoders):
+                    self._decode_fields(sample)
+                else:
+                    sample["data"] = self._decoded(sample, self.decode)
             except DecodeError as error:
                 if self.on_error == "raise":
                     raise
@@ -67,14 +74,29 @@ class SamplePreparer:
                 return error
         if self.transform is not None:
             sample["data"] = self.transform(sample["data"])
+            if "fields" in sample and sample["ext"] in sample:
+                sample[sample["ext"]] = sample["data"]  # the primary field under its name is `data`
         return sample
 
-    def _decoded(self, sample: dict):
-        """The decoder's value; any failure becomes a DecodeError naming shard, offset and key."""
-        refusal = wrong_kind(sample, self.decode)
+    def _decode_fields(self, sample: dict) -> None:
+        """decode={field: decoder}: each named field the sample has, decoded in place; the primary one is `data`."""
+        for name, decoder in self.decode.decoders:
+            if name == sample["ext"]:
+                sample["data"] = self._decoded(sample, decoder)
+                if name in sample:
+                    sample[name] = sample["data"]
+            elif name in sample.get("fields", ()):
+                sample[name] = self._decoded(sample, decoder, name)
+
+    def _decoded(self, sample: dict, decode, field: str | None = None):
+        """The decoder's value for `data` (or the non-primary `field`); any failure becomes a DecodeError naming
+        shard, offset and key."""
+        refusal = wrong_kind(sample, decode, field)
         if refusal is None:
             try:
-                return self.decode(sample["data"], sample)
+                if field is None:
+                    return decode(sample["data"], sample)
+                return decode(sample[field], {**sample, "kind": field_kind(field) or sample["kind"]})
             except Exception as exc:
                 reason = str(exc) if isinstance(exc, DecodeError) else f"cannot decode ({plain_message(exc)})"
                 raise self._error(sample, f"sample {sample['key']!r} ({sample['kind']}): {reason}") from exc

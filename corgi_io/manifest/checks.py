@@ -28,7 +28,8 @@ from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
 
 KINDS = ("image", "video", "text")
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
+MAX_FIELDS = 64  # bits of the sample_fields column
 MAX_HEAD_BYTES = 1 << 30
 MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
 MAX_VALUE = 1 << 62       # offsets, lengths and sizes: sums of two never overflow int64
@@ -93,7 +94,16 @@ def parse_head(raw: bytes, where: str) -> dict:
               "skipped": _list_of(head["skipped"], dict, where, "skipped"),
               "shards": _parse_shards(head["shards"], where)}
     parsed.update(_parse_v1_fields(head, where) if version == 1 else _parse_v2_fields(head, where))
+    parsed.update(_parse_fields(head, where) if version >= 3 else {"fields": parsed["extensions"], "max_fields": 1})
     return parsed
+
+
+def _parse_fields(head: dict, where: str) -> dict:
+    """A version-3 head's field names (distinct, 1 to 64 of them) and the most fields one sample holds."""
+    fields = _list_of(head.get("fields"), str, where, "fields")
+    if not 1 <= len(fields) <= MAX_FIELDS or len(set(fields)) != len(fields):
+        _fail(where, f"fields must list between 1 and {MAX_FIELDS} distinct names")
+    return {"fields": fields, "max_fields": _integer(head.get("max_fields"), where, "max_fields", 1, len(fields))}
 
 
 def _parse_v1_fields(head: dict, where: str) -> dict:
@@ -248,6 +258,21 @@ def _check_values(m, rows: dict, start: int, fail) -> None:
         if len(column) and (column.min() < least or column.max() > most):
             bad = int(np.flatnonzero((column < least) | (column > most))[0])
             fail(f"sample {name} outside [{least}, {most}] (e.g. {int(column[bad])} at sample {start + bad})")
+    if "fields" in rows:
+        _check_fields(m, rows, start, fail)
+
+
+def _check_fields(m, rows: dict, start: int, fail) -> None:
+    """Field masks name only the head's fields, at most `max_fields` of them, the primary field (`ext`) among them."""
+    masks = rows["fields"].astype(np.uint64)
+    position = {name: i for i, name in enumerate(m.fields)}
+    ext_bit = np.array([position.get(name, MAX_FIELDS) for name in m.extensions], dtype=np.uint64)
+    primary = np.left_shift(np.uint64(1), np.minimum(ext_bit[rows["ext"]], 63)) * (ext_bit[rows["ext"]] < MAX_FIELDS)
+    beyond = masks >> np.uint64(len(m.fields)) if len(m.fields) < MAX_FIELDS else np.zeros_like(masks)
+    bad = np.flatnonzero((beyond != 0) | (np.bitwise_count(masks) > m.max_fields) | ((masks & primary) == 0))
+    if len(bad):
+        fail(f"sample {start + int(bad[0])} ({_key(m, start + int(bad[0]))}): its field mask {int(masks[bad[0]]):#x} "
+             f"does not fit the head's {len(m.fields)} fields, max_fields {m.max_fields} and its extension")
 
 
 def _check_records(m, rows: dict, lo: int, hi: int, start: int, fail) -> None:

@@ -34,8 +34,8 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, SAMPLE_COLUMNS,
-                                      V1_COLUMNS_NAME, column_path, column_schema, declared_rows)
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, V1_COLUMNS_NAME,
+                                      column_path, column_schema, declared_rows, sample_columns)
 from corgi_io.manifest.tables import Columns, ShardTable
 from corgi_io.manifest.checks import KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
@@ -67,6 +67,8 @@ class Manifest:
     storage_options: dict = field(default_factory=dict, repr=False)
     columns_url: str = field(default="", repr=False)       # the file that row errors name
     rows_checked: np.ndarray = field(default=None, repr=False)  # per block: rows validated in this process
+    fields: list = field(default_factory=lambda: [""])     # field names, bit i of samples.fields (before version 3:
+    max_fields: int = 1                                    # `extensions`, one field per sample) and the most a sample has
 
     def __reduce__(self):
         return open_manifest, (self.root, self.storage_options)
@@ -121,6 +123,16 @@ class Manifest:
     def kind_name(self, index: int) -> str:
         return KINDS[int(self.samples.kind[index])]
 
+    def field_counts(self) -> list:
+        """How many samples hold each of `fields`, a chunk of rows at a time (before version 3: by extension)."""
+        if "fields" not in self.samples.arrays:
+            return np.bincount(np.asarray(self.samples.ext), minlength=len(self.fields)).tolist()
+        counts = np.zeros(64, dtype=np.int64)
+        for start in range(0, self.num_samples, ROWS_AT_ONCE):
+            masks = np.asarray(self.samples.fields[start:start + ROWS_AT_ONCE], dtype="<u8")
+            counts += np.unpackbits(masks.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little").sum(axis=0, dtype=np.int64)
+        return counts[:len(self.fields)].tolist()
+
 
 
 
@@ -170,8 +182,8 @@ def _read_whole(storage, relpath: str, most: int) -> bytes:
 def _open_columns(storage, head: dict) -> dict:
     """The columns of a version-2 pack: memory-mapped when local; when remote, the block
     columns read whole and the per-sample ones (and the keys) as RangedColumns."""
-    rows, arrays = declared_rows(head["counts"]), {}
-    for name, dtype in column_schema().items():
+    rows, arrays = declared_rows(head["counts"], head["version"]), {}
+    for name, dtype in column_schema(head["version"]).items():
         relpath = column_path(name)
         url, local = storage.url(relpath), storage.local_path(relpath)
         per_sample = not name.startswith("block_")
@@ -194,7 +206,7 @@ def _read_v1_columns(storage, head: dict) -> dict:
     members = read_npz_members(raw, where)
     renamed = {"sample_checksum": "sample_crc32"}
     arrays = {}
-    for name, dtype in column_schema().items():
+    for name, dtype in column_schema(1).items():
         if name == "sample_ext":
             continue
         member = members.get(renamed.get(name, name))
@@ -207,11 +219,12 @@ def _read_v1_columns(storage, head: dict) -> dict:
 
 
 def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: str) -> Manifest:
-    samples = Columns({n: arrays[f"sample_{n}"] for n in SAMPLE_COLUMNS})
+    samples = Columns({n: arrays[f"sample_{n}"] for n in sample_columns(head["version"])})
     blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
     return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
                     options=head["options"], labels=head["labels"], extensions=head["extensions"],
                     shards=ShardTable(*head["shards"]), skipped=head["skipped"], samples=samples,
                     blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
                     storage_options=storage_options, columns_url=where,
-                    rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool))
+                    rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool), fields=head["fields"],
+                    max_fields=head["max_fields"])

@@ -5,7 +5,7 @@ import numpy as np
 
 
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3  # 3 added sample_fields and the head's fields and max_fields; 1 and 2 still open
 HEAD_NAME = "manifest.json"
 COLUMNS_DIR = "columns"
 V1_COLUMNS_NAME = "manifest.npz"
@@ -15,14 +15,16 @@ SAMPLE_COLUMNS = {
     "label": np.int32,        # class id into the head's labels, -1 when unlabeled
     "kind": np.uint8,         # index into KINDS
     "ext": np.uint16,         # index into the head's extensions (the original file's, lower case)
-    "bytes": np.int64,        # payload bytes (the original file, unchanged)
+    "bytes": np.int64,        # primary payload bytes (the original file, unchanged)
     "size": np.int64,         # work units: pixels, frames, tokens or a custom size
     "shard": np.int32,        # index into head["shards"]
     "offset": np.int64,       # record start in the shard (tar headers / TFRecord framing included)
     "length": np.int64,       # record length
-    "data_offset": np.int64,  # payload start in the shard
+    "data_offset": np.int64,  # primary payload start in the shard
     "checksum": np.uint32,    # head["checksum"] of the record bytes, checked by the loader and `corgi verify`
+    "fields": np.uint64,      # bit i set when the sample has field head["fields"][i] (version 3 on)
 }
+FIELDS_SINCE = 3  # the first version with the sample_fields column
 BLOCK_COLUMNS = {
     "shard": np.int32,
     "offset": np.int64,
@@ -42,15 +44,20 @@ def column_path(name: str) -> str:
     return f"{COLUMNS_DIR}/{name}.npy"
 
 
-def column_schema() -> dict:
-    """{column file name: dtype} of every column of the current version."""
-    return {**{f"sample_{n}": t for n, t in SAMPLE_COLUMNS.items()},
+def sample_columns(version: int = MANIFEST_VERSION) -> dict:
+    """{name: dtype} of the per-sample columns that a pack of `version` has."""
+    return {n: t for n, t in SAMPLE_COLUMNS.items() if n != "fields" or version >= FIELDS_SINCE}
+
+
+def column_schema(version: int = MANIFEST_VERSION) -> dict:
+    """{column file name: dtype} of every column of `version` (the current one by default)."""
+    return {**{f"sample_{n}": t for n, t in sample_columns(version).items()},
             **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS}
 
 
-def declared_rows(counts: dict) -> dict:
-    """{column file name: rows} that a version-2 head's counts declare."""
+def declared_rows(counts: dict, version: int = MANIFEST_VERSION) -> dict:
+    """{column file name: rows} that a head's counts declare (version 2 on)."""
     rows = {"key_blob": counts["key_bytes"], "key_offsets": counts["samples"] + 1}
-    rows.update({f"sample_{n}": counts["samples"] for n in SAMPLE_COLUMNS})
+    rows.update({f"sample_{n}": counts["samples"] for n in sample_columns(version)})
     rows.update({f"block_{n}": counts["blocks"] for n in BLOCK_COLUMNS})
     return rows

@@ -30,7 +30,7 @@ def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
     once the other columns are written, so that a pack's driver never holds the keys and a column at once.
     """
     for name in SAMPLE_COLUMNS:
-        save_column(root, f"sample_{name}", samples[name])
+        save_column(root, f"sample_{name}", samples[name])  # head["fields"] and head["max_fields"] name its bits
     for name in BLOCK_COLUMNS:
         save_column(root, f"block_{name}", blocks[name])
     key_blob, key_offsets = encode_keys(keys() if callable(keys) else keys)

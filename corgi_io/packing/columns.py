@@ -1,8 +1,8 @@
 """The manifest's columns, built last from the shard records and the pack-order table, one at a time.
 
 A written sample is known by its position (its row in the pack-order table): its label, kind,
-extension, byte count and key come from the table, its offsets, size and checksum from its
-shard's record.  Each per-sample column is a `LazyColumn`, built when `save_manifest` writes it
+extension, field mask and key come from the table, its offsets, primary payload bytes, size and
+checksum from its shard's record.  Each per-sample column is a `LazyColumn`, built when `save_manifest` writes it
 and dropped right after, and the keys are gathered last, so the driver holds the written positions
 and either one column or the keys, however large the pack.
 """
@@ -13,7 +13,7 @@ import numpy as np
 from corgi_io.packing.records import SAMPLE_FIELDS, load_column
 from corgi_io.packing.table import gather_column, gather_keys
 
-FROM_TABLE = {"label": "label", "kind": "kind", "ext": "ext", "bytes": "nbytes"}  # manifest column -> table field
+FROM_TABLE = {"label": "label", "kind": "kind", "ext": "ext", "fields": "fields"}  # manifest column -> table field
 
 
 class LazyColumn:
@@ -59,7 +59,7 @@ class ManifestColumns:
 
         columns = {name: lazy(lambda field=field: self.from_table(field)) for name, field in FROM_TABLE.items()}
         columns.update({name: lazy(lambda name=name: self.from_records(name))
-                        for name in ("size", "offset", "length", "data_offset", "checksum")})
+                        for name in ("bytes", "size", "offset", "length", "data_offset", "checksum")})
         columns["shard"] = lazy(self.shard)
         return columns
 

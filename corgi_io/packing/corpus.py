@@ -1,11 +1,18 @@
-"""The corpus: every file to pack, as compact numpy columns in walk order, built from a streaming walk.
+"""The corpus: every sample to pack, as compact numpy columns in walk order, built from a streaming walk.
 
-The walk (walk.py) is consumed a chunk of `CHUNK` entries at a time.  Each chunk's values are
+A sample is one or more files: in a folder, the files that share a folder and a stem are one
+sample (the WebDataset convention: ``cat/001.jpg`` and ``cat/001.txt`` are sample ``cat/001``
+with fields ``jpg`` and ``txt``); the walk gives them one after the other, so a sample is grouped
+as its entries come, and nothing waits but that one sample's entries.  A listing row is a sample
+of one file.  One field is the sample's primary field (`PackSample.primary`'s rule, or
+``--primary``, or the first field of ``--kind``): its kind and extension are the sample's.
+
+The walk (walk.py) is consumed a chunk of `CHUNK` samples at a time.  Each chunk's values are
 spooled to unnamed files (spool.py) and read back as one numpy column each when the walk is done,
-so once a chunk has passed no Python object is left per file: the driver keeps 28 bytes per file
-(byte count, key length, kind, extension, label, string offset, a flag), whatever the corpus
-holds; names and keys stay on disk.  Only ``stat`` is called here; file contents are read later,
-by the pack's tasks.
+so once a chunk has passed no Python object is left per sample: the driver keeps 35 bytes per
+sample (byte count, key length, kind, extension, label, field mask, string offset), whatever the
+corpus holds; names and keys stay on disk.  Only ``stat`` is called here; file contents are read
+later, by the pack's tasks.
 
 Every input gets an outcome: it is packed, or it is skipped with a one-line warning on
 stderr and a record in the manifest.  Some skips follow a rule (hidden files and folders,
@@ -25,44 +32,43 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from corgi_io.errors import CorpusError
+from corgi_io.errors import BadInput, CorpusError
+from corgi_io.formats import RESERVED_FIELDS
 from corgi_io.manifest import KINDS
 from corgi_io.packing import keys as key_rules
+from corgi_io.packing.sample import FIELD_KINDS, check_field_name, default_primary, field_kind
 from corgi_io.packing.spool import SpooledColumn, SpooledStrings, decode
-from corgi_io.packing.walk import (escaped_extension, extension, key_from_path, printable, read_listing,
-                                   walk_folder)
+from corgi_io.packing.walk import extension, field_name, key_from_path, printable, read_listing, walk_folder
 
-EXTENSIONS = {
-    "image": {"jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"},
-    "video": {"mp4", "avi", "mkv", "mov", "webm"},
-    "text": {"txt", "md", "json", "jsonl"},
-}
-KIND_OF_EXTENSION = {ext: kind for kind, exts in EXTENSIONS.items() for ext in exts}
+EXTENSIONS = {kind: set(names) for kind, names in FIELD_KINDS.items()}  # the media extensions, by kind
 KIND_ID = {kind: i for i, kind in enumerate(KINDS)}
 LISTING_SUFFIXES = {".csv", ".jsonl"}
 MAX_WARNINGS = 20  # skipped inputs warned one line each; the rest are counted in one line
 CHUNK = 8192       # entries turned into columns at a time
 MAX_EXTENSIONS = int(np.iinfo(np.uint16).max) + 1  # the manifest's extension column is uint16
+MAX_FIELDS = 64  # the manifest's field mask column is uint64
 _FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
 _NUMERIC = {"nbytes": np.int64, "key_bytes": np.uint32, "kind": np.uint8, "ext": np.uint16, "label": np.int32,
-            "key_hash": np.int64}
+            "key_hash": np.int64, "fields": np.uint64}
 
 
 @dataclass
 class Corpus:
-    """The files to pack in walk order: numpy columns, with each file's raw name and key in `strings`."""
+    """The samples to pack in walk order: numpy columns, with each sample's raw file names and key in `strings`."""
 
     base: str                  # folder that raw names are relative to (an absolute raw name stands alone)
-    strings: SpooledStrings    # per file: raw name (as the folder or listing has it), NUL, key
-    nbytes: np.ndarray         # int64: payload bytes, from stat
+    strings: SpooledStrings    # per sample: raw names (as the folder or listing has them, primary first), NUL, key
+    nbytes: np.ndarray         # int64: bytes of all its files, from stat
     key_bytes: np.ndarray      # uint32: UTF-8 bytes of the key
-    kind: np.ndarray           # uint8: index into KINDS
-    ext: np.ndarray            # uint16: index into `extensions`, the tar member suffix
+    kind: np.ndarray           # uint8: index into KINDS, the primary field's
+    ext: np.ndarray            # uint16: index into `extensions`, the primary field's tar member suffix
     label: np.ndarray          # int32: index into `labels`, -1 when unlabeled
-    suffixed: np.ndarray       # bool: the key keeps the file's extension (two files share a stem)
-    extensions: list           # lower-case, escaped extensions, sorted
+    fields: np.ndarray         # uint64: bit i set when the sample has field `field_names[i]`
+    extensions: list           # lower-case, escaped extensions of primary fields, sorted
     labels: list               # the label index: id -> name
+    field_names: list          # every field name in the corpus, in order of first appearance (the mask's bits)
+    max_fields: int            # the most fields one sample has
     skipped: list              # {"path", "reason"}
     fingerprint: str           # digest of names, sizes and mtimes: a resumed pack must see the same corpus
 
@@ -70,19 +76,21 @@ class Corpus:
         return len(self.nbytes)
 
     def names_and_keys(self, indices) -> tuple:
-        """(raw names, keys) of the files at `indices`, in that order."""
+        """(raw names, keys) of the samples at `indices`, in that order; a sample's raw names are joined by NUL,
+        primary first (no packed file's name holds a NUL: the walk and `os.stat` refuse one)."""
         names, keys = [], []
-        for index, record in zip(np.asarray(indices).tolist(), self.strings.take(indices)):
-            raw, _, key = decode(record).partition("\0")
+        for record in self.strings.take(indices):
+            raw, _, key = decode(record).rpartition("\0")
             names.append(raw)
-            keys.append(key + key_rules.suffix(raw) if self.suffixed[index] else key)
+            keys.append(key)
         return names, keys
 
     def files(self):
-        """(path to read, printable name, key) of every file in walk order."""
+        """(path to read, printable name, key) of every file in walk order (a sample's primary file first)."""
         for start in range(0, len(self), CHUNK):
             names, keys = self.names_and_keys(np.arange(start, min(start + CHUNK, len(self))))
-            yield from ((os.path.join(self.base, name), printable(name), key) for name, key in zip(names, keys))
+            yield from ((os.path.join(self.base, name), printable(name), key)
+                        for names_of, key in zip(names, keys) for name in names_of.split("\0"))
 
     def close(self) -> None:
         """Delete the spooled names (they are gone anyway when the process ends)."""
@@ -90,12 +98,15 @@ class Corpus:
 
 
 def discover(source, kind: str = "auto", label_index=None, strict: bool = False, *, spool_dir=None,
-             progress=None, max_sample_bytes: int | None = None) -> Corpus:
-    """Walk SOURCE (folder or listing file) into a Corpus, a chunk at a time.
+             progress=None, max_sample_bytes: int | None = None, primary: str | None = None,
+             require=()) -> Corpus:
+    """Walk SOURCE (folder or listing file) into a Corpus of samples, a chunk at a time.
 
-    `kind` other than "auto" keeps only files of that kind: a file whose extension names another kind
-    is skipped (recorded, and counted in one warning line), and one whose extension names no kind is
-    taken as that kind (probed as one later: a file the probe rejects is skipped then).
+    `kind` other than "auto" keeps only samples with a field of that kind (the first is primary): the
+    files of the others are skipped (recorded, and counted in one warning line), and a sample none of
+    whose fields names a kind takes its first field as that kind (probed as one later: a file the
+    probe rejects is skipped then).  `primary` names the primary field (a sample without it is
+    skipped); `require` lists fields a sample must have (one without is skipped).
     A file larger than `max_sample_bytes` is skipped as a problem, before anything reads it.
     `label_index`, a list of class names, fixes the label ids; files of other classes are skipped.
     Skipped inputs are warned on stderr and recorded in `Corpus.skipped`; with `strict`, an input
@@ -104,7 +115,8 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
     """
     source = Path(source)
     is_folder = check_source(source)
-    builder = _Builder(source, kind, label_index, strict, spool_dir, max_sample_bytes)
+    builder = _Builder(source, kind, label_index, strict, spool_dir, max_sample_bytes, primary, tuple(require),
+                       grouping=is_folder)
     if is_folder:
         base, entries = os.path.abspath(source), walk_folder(os.path.abspath(source), builder.skip)
     else:
@@ -114,6 +126,7 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
             builder.add(entry)
             if len(builder.pending) >= CHUNK:
                 _report(progress, builder.flush())
+        builder.close_group()
         _report(progress, builder.flush())
         return builder.finish(base)
     except BaseException:
@@ -151,16 +164,18 @@ def too_large_reason(nbytes: int, most: int) -> str:
 class _Builder:
     """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
 
-    def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir, max_sample_bytes):
+    def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir, max_sample_bytes,
+                 primary: str | None = None, require: tuple = (), grouping: bool = False):
         self.source, self.kind, self.strict, self.max_sample_bytes = source, kind, strict, max_sample_bytes
+        self.primary, self.require, self.grouping = primary, require, grouping  # grouping: files sharing a stem
         self.strings = SpooledStrings(spool_dir)
         self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
         self.fixed_labels = label_index is not None
         self.label_ids = {name: i for i, name in enumerate(label_index or ())}  # name -> id (provisional if not fixed)
         self.ext_ids, self.skipped, self.label_skips = {}, [], 0  # ext_ids: escaped extension -> provisional id
         self.warned, self.kind_skips = 0, 0  # skips warned one line each; files of other kinds than `kind`
-        self.ext_of_raw = {}  # lower-case extension -> provisional id (escaped once per extension)
-        self.pending, self.records, self.lines = [], [], []
+        self.field_bits, self.max_fields = {}, 0  # field name -> bit of the field mask
+        self.pending, self.records, self.lines, self.group = [], [], [], []
         self.digest = hashlib.sha256()
 
     def skip(self, name: str, reason: str, *, line: int | None = None, problem: bool = False,
@@ -184,20 +199,92 @@ class _Builder:
                  "with its reason under 'skipped' in manifest.json")
 
     def add(self, entry) -> None:
-        """Stat one entry and queue its values, or record why it is skipped."""
-        filename = entry.path.rsplit("/", 1)[-1]
-        ext = extension(filename)
+        """Queue one entry into the sample it belongs to; a new stem closes the previous sample (`close_group`)."""
+        if entry.path.rsplit("/", 1)[-1].startswith("."):
+            return self.skip(printable(entry.raw), "hidden file", line=entry.line)
+        if self.group and not (self.grouping and entry.stem == self.group[0].stem):
+            self.close_group()
+        self.group.append(entry)
+        return None
+
+    def close_group(self) -> None:
+        """Turn the queued entries of one sample into a row of values, or record why its files are skipped."""
+        group, self.group = self.group, []
+        if not group:
+            return None
+        members = self._distinct_fields(group)
+        index, kind = self._primary([field for _, field in members])
+        if index is None:
+            return self._skip_unkinded(members)
+        members = [members[index]] + self._usable_extras(members[:index] + members[index + 1:], group[0].stem)
+        stats = [self._stat(entry) for entry, _ in members]
+        kept = [(entry, field, info) for (entry, field), info in zip(members, stats) if info is not None]
+        if stats[0] is None or self._lacks_required(kept):
+            return self._skip_all(kept, f"its primary field '{members[0][1]}' was skipped" if stats[0] is None
+                                  else f"no field {self._missing(kept)} (--require {','.join(self.require)})")
+        label = self._label_id(group[0].label, [printable(entry.raw) for entry, _, _ in kept], group[0].line)
+        if label is not None:
+            self._queue(kept, kind, label)
+        return None
+
+    def _distinct_fields(self, group: list) -> list:
+        """(entry, field name) of each file of a sample; a file repeating a field (a.JPG beside a.jpg) is skipped."""
+        members, seen = [], {}
+        for entry in group:
+            field = field_name(entry.raw)
+            if field in seen:
+                self.skip(printable(entry.raw), f"field '{field}' repeats in its sample (also {seen[field]})",
+                          line=entry.line, problem=True)
+            else:
+                seen[field] = printable(entry.raw)
+                members.append((entry, field))
+        return members
+
+    def _primary(self, fields: list) -> tuple:
+        """(index of the primary field among `fields`, its kind), or (None, None) when the options leave none."""
+        kinds = [field_kind(field) for field in fields]
+        if self.primary is not None:
+            index = fields.index(self.primary) if self.primary in fields else None
+        elif self.kind == "auto":
+            name = default_primary(fields)
+            index = None if name is None else fields.index(name)
+        else:
+            index = next((i for i, kind in enumerate(kinds) if kind == self.kind), None if any(kinds) else 0)
+        kind = None if index is None else kinds[index] or (None if self.kind == "auto" else self.kind)
+        if kind is None or self.kind not in ("auto", kind):
+            return None, None
+        return index, kind
+
+    def _skip_unkinded(self, members: list) -> None:
+        """Skip each file of a sample that has no primary field under the options, saying why."""
+        kinds = [field_kind(field) for _, field in members]
+        for (entry, field), kind in zip(members, kinds):
+            name, ext = printable(entry.raw), extension(entry.path.rsplit("/", 1)[-1])
+            if self.primary is not None:
+                self.skip(name, f"its sample has no usable primary field '{self.primary}' (--primary)", line=entry.line)
+            elif self.kind != "auto" and any(kinds):
+                self.kind_skips += 1
+                what = f"a {kind} file" if kind else f"a field of a sample without {self.kind} files"
+                self.skip(name, f"{what}: --kind {self.kind} keeps only {self.kind} files", line=entry.line, quiet=True)
+            else:
+                self.skip(name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
+
+    def _usable_extras(self, members: list, stem: str) -> list:
+        """The non-primary (entry, field) pairs whose field name can name a tar member, a feature and a dict key."""
+        usable = []
+        for entry, field in members:
+            try:
+                if field in RESERVED_FIELDS:
+                    raise BadInput(f"'{field}' is reserved ({', '.join(sorted(RESERVED_FIELDS))})")
+                usable.append((entry, check_field_name(field)))
+            except BadInput as exc:
+                self.skip(printable(entry.raw), f"cannot be a field of sample '{printable(stem)}': {exc}",
+                          line=entry.line)
+        return usable
+
+    def _stat(self, entry):
+        """The `os.stat` of a file to pack, or None after recording why it cannot be packed."""
         name = printable(entry.raw)
-        if filename.startswith("."):
-            return self.skip(name, "hidden file", line=entry.line)
-        file_kind = KIND_OF_EXTENSION.get(ext)
-        if self.kind != "auto" and file_kind not in (None, self.kind):
-            self.kind_skips += 1
-            return self.skip(name, f"a {file_kind} file: --kind {self.kind} keeps only {self.kind} files",
-                             line=entry.line, quiet=True)
-        file_kind = file_kind if self.kind == "auto" else self.kind
-        if file_kind is None:
-            return self.skip(name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
         try:
             info = os.stat(entry.path)
         except OSError as exc:
@@ -207,22 +294,41 @@ class _Builder:
         if not stat.S_ISREG(info.st_mode):
             return self.skip(name, not_regular_reason(info.st_mode), line=entry.line, problem=True)
         if self.max_sample_bytes is not None and info.st_size > self.max_sample_bytes:
-            return self.skip(name, too_large_reason(info.st_size, self.max_sample_bytes), line=entry.line, problem=True)
-        label = self._label_id(entry.label, name, entry.line)
-        if label is None:
-            return None
-        key = key_from_path(entry.stem)
-        ext_id = self.ext_of_raw.get(ext)
-        if ext_id is None:
-            ext_id = self.ext_of_raw[ext] = self.ext_ids.setdefault(escaped_extension(ext) or "bin", len(self.ext_ids))
-        self.records.append(f"{entry.raw}\0{key}")
-        self.lines.append(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\n")
-        key_bytes = len(key) if key.isascii() else len(key.encode("utf-8"))
-        self.pending.append((info.st_size, key_bytes, KIND_ID[file_kind], ext_id, label, hash(key)))
-        return None
+            return self.skip(name, too_large_reason(info.st_size, self.max_sample_bytes), line=entry.line,
+                             problem=True)
+        return info
 
-    def _label_id(self, label, name: str, line):
-        """The (provisional) id of `label`, -1 without one; None when it is outside a fixed label index (skipped)."""
+    def _missing(self, kept: list) -> str:
+        present = {field for _, field, _ in kept}
+        return ", ".join(f"'{field}'" for field in self.require if field not in present)
+
+    def _lacks_required(self, kept: list) -> bool:
+        return bool(self.require) and bool(self._missing(kept))
+
+    def _skip_all(self, kept: list, reason: str) -> None:
+        for entry, _, _ in kept:
+            self.skip(printable(entry.raw), reason, line=entry.line)
+
+    def _queue(self, kept: list, kind: str, label: int) -> None:
+        """Queue the values of a sample of files `kept` ((entry, field, stat), primary first)."""
+        mask = 0
+        for _, field, _ in kept:
+            bit = self.field_bits.setdefault(field, len(self.field_bits))
+            if bit >= MAX_FIELDS:
+                raise CorpusError(f"{self.source}: more than {MAX_FIELDS} distinct field names (the 65th: '{field}')")
+            mask |= 1 << bit
+        self.max_fields = max(self.max_fields, len(kept))
+        key = key_from_path(kept[0][0].stem)
+        ext_id = self.ext_ids.setdefault(kept[0][1], len(self.ext_ids))
+        self.records.append("\0".join(entry.raw for entry, _, _ in kept) + f"\0{key}")
+        self.lines.extend(f"{printable(entry.raw)}\0{info.st_size}\0{info.st_mtime_ns}\n" for entry, _, info in kept)
+        key_bytes = len(key) if key.isascii() else len(key.encode("utf-8"))
+        self.pending.append((sum(info.st_size for _, _, info in kept), key_bytes, KIND_ID[kind], ext_id, label,
+                             hash(key), mask))
+
+    def _label_id(self, label, names: list, line):
+        """The (provisional) id of `label`, -1 without one; None when it is outside a fixed label index (the files
+        `names` skipped)."""
         if label is None:
             return -1
         if not self.fixed_labels:
@@ -230,7 +336,8 @@ class _Builder:
         found = self.label_ids.get(label)
         if found is None:
             self.label_skips += 1
-            self.skip(name, f"label '{label}' not in the label index", line=line)
+            for name in names:
+                self.skip(name, f"label '{label}' not in the label index", line=line)
         return found
 
     def flush(self) -> int:
@@ -247,20 +354,20 @@ class _Builder:
         return count
 
     def finish(self, base: str) -> Corpus:
-        """The Corpus: labels and extensions numbered in their final order, keys made unique."""
+        """The Corpus: labels and extensions numbered in their final order, keys checked unique."""
         self.strings.seal()
         if not len(self.strings):
             if self.label_skips:
                 raise CorpusError("every file has a label outside the given label index")
             first = f", first: {self.skipped[0]['path']}: {self.skipped[0]['reason']}" if self.skipped else ""
             raise CorpusError(f"{self.source}: the corpus is empty ({len(self.skipped)} skipped{first})")
-        column = {name: self.columns[name].read() for name in ("key_hash", "nbytes", "key_bytes", "kind")}
+        column = {name: self.columns[name].read() for name in ("key_hash", "nbytes", "key_bytes", "kind", "fields")}
         extensions, column["ext"] = _renumbered(self.ext_ids, self.columns["ext"].read(), sorted(self.ext_ids))
         labels, column["label"] = self._labels(self.columns["label"].read())
         corpus = Corpus(base, self.strings, column["nbytes"], column["key_bytes"], column["kind"], column["ext"],
-                        column["label"], np.zeros(len(self.strings), dtype=bool), extensions, labels, self.skipped,
-                        self.digest.hexdigest())
-        key_rules.make_unique(corpus, column.pop("key_hash"), self.source)
+                        column["label"], column["fields"], extensions, labels, list(self.field_bits), self.max_fields,
+                        self.skipped, self.digest.hexdigest())
+        key_rules.check_unique(corpus, column.pop("key_hash"), self.source)
         return corpus
 
     def _labels(self, provisional: np.ndarray) -> tuple:

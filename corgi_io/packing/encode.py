@@ -1,7 +1,8 @@
 """The worker side of `corgi pack`: one task writes one whole shard, straight into OUTPUT.
 
 A `ShardTask` is a few numbers and paths: the task reads its samples' rows from the pack-order
-table (table.py), then for each block reads the files, probes their sizes, encodes the records,
+table (table.py), then for each block reads the files (all the fields of each sample), probes the
+primary fields' sizes, encodes the records,
 and appends them to the shard, which it fsyncs, records and renames into place (shard_file.py).
 It returns only a `ShardDone`.  The same function runs in this process, in a local process pool,
 or on any worker that sees OUTPUT (a shared file system), so the bytes never depend on where.
@@ -24,7 +25,7 @@ from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
 from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sizing import load_size_fn, probe_size
 from corgi_io.packing.table import Table, read_rows
-from corgi_io.packing.walk import printable
+from corgi_io.packing.walk import field_name, printable
 
 ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
 MAX_READ = 0x7FFFF000  # the most one read() returns on Linux
@@ -125,12 +126,13 @@ class _BlockEncoder:
         parts, at, crc, lo, hi = [], shard_offset, 0, first - rows.first, stop - rows.first
         columns = (rows.kind[lo:hi].tolist(), rows.ext[lo:hi].tolist(), rows.label[lo:hi].tolist(), rows.names[lo:hi],
                    rows.keys[lo:hi])
-        for position, kind, ext, label, name, key in zip(range(first, stop), *columns):
-            path = name if name.startswith("/") else prefix + name  # os.path.join, without its cost per file
-            payload, size = self._read(path, KINDS[kind], name)
+        for position, kind, ext, label, joined, key in zip(range(first, stop), *columns):
+            names = joined.split("\0")  # the sample's files, primary first
+            paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
+            payload, size, extra = self._read_sample(paths, KINDS[kind], names)
             if payload is None:
                 continue
-            record, data_offset = fmt.encode(key, extensions[ext], payload, label, size)
+            record, data_offset = fmt.encode(key, extensions[ext], payload, label, size, extra)
             length = 0
             for part in record:
                 crc = checksum(part, crc)
@@ -140,16 +142,33 @@ class _BlockEncoder:
             add["offset"](at)
             add["length"](length)
             add["data_offset"](at + data_offset)
+            add["bytes"](len(payload))
             add["size"](size)
             add["checksum"](crc)
             at += length
-            self.payload_bytes += len(payload)
+            self.payload_bytes += len(payload) + sum(len(value) for _, value in extra)
         return parts, at - shard_offset
 
-    def _read(self, path: str, kind: str, name: str) -> tuple:
-        """(file bytes, size), or (None, None) for a file that is skipped."""
+    def _read_sample(self, paths: list, kind: str, names: list) -> tuple:
+        """(primary bytes, its size, [(field, bytes)] of the other fields), or (None, None, None) when one of its
+        files is skipped: the whole sample is, each of its other files recorded as skipped with it."""
+        values = []
+        for at, (path, name) in enumerate(zip(paths, names)):
+            payload, size = self._read(path, kind if at == 0 else None, name)
+            if payload is None:
+                for other in names[:at] + names[at + 1:]:
+                    self.skipped.append({"path": printable(other), "reason": f"its sample lost {printable(name)}"})
+                return None, None, None
+            values.append((payload, size))
+        return values[0][0], values[0][1], [(field_name(name), payload) for name, (payload, _) in
+                                            zip(names[1:], values[1:])]
+
+    def _read(self, path: str, kind: str | None, name: str) -> tuple:
+        """(file bytes, size: None without a `kind` to probe), or (None, None) for a file that is skipped."""
         try:
             payload = read_regular_file(path, self.task.max_sample_bytes)
+            if kind is None:
+                return payload, None
             return payload, probe_size(kind, path, payload, self.size_fn, self.task.max_pixels)
         except BadInput as exc:
             reason = str(exc)

@@ -1,45 +1,25 @@
-"""Unique keys for 10^9 files without a set of 10^9 strings: equal keys are found through equal hashes.
+"""Unique keys for 10^9 samples without a set of 10^9 strings: equal keys are found through equal hashes.
 
-Files that share a key (photo.JPG beside photo.png) keep their escaped extension, case and all, in
-the key.  Keys that are still equal after that (two listing rows with one key) fail the pack,
-naming both inputs.  The walk keeps one 64-bit hash per key; only files whose hash repeats are
+Files of a folder that share a stem are one sample (corpus.py), so only two listing rows with one
+key can clash: that fails the pack, naming both inputs.  The walk keeps one 64-bit hash per key; only files whose hash repeats are
 read back and compared, so the cost is one sort of the hash column, and the outcome does not
 depend on the hash (it only finds candidates).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from corgi_io.errors import CorpusError
-from corgi_io.packing.walk import escaped_extension, printable
+from corgi_io.packing.walk import printable
 
 CHUNK = 1 << 16  # candidates compared at a time
 
 
-def suffix(raw: str) -> str:
-    """What a file's key gains when another file has the same key: '%2E' and its escaped extension, case kept."""
-    return "%2E" + escaped_extension(os.path.basename(raw).rsplit(".", 1)[-1])
-
-
-def make_unique(corpus, key_hash: np.ndarray, source) -> None:
-    """Mark files that share a key in `corpus.suffixed` (and lengthen their `key_bytes`); CorpusError if keys
-    are still not unique.  `key_hash` holds hash(key) per file; it is updated to the final keys' hashes."""
-    def keys(indices):
-        return corpus.names_and_keys(indices)[1]
-
-    for group in _equal_key_groups(key_hash, keys):
-        corpus.suffixed[group] = True
-    suffixed = np.flatnonzero(corpus.suffixed)
-    if not len(suffixed):
-        return
-    for start in range(0, len(suffixed), CHUNK):
-        indices = suffixed[start:start + CHUNK]
-        final = keys(indices)
-        key_hash[indices] = [hash(key) for key in final]
-        corpus.key_bytes[indices] = [len(key.encode("utf-8")) for key in final]
-    clash = min(_equal_key_groups(key_hash, keys), key=lambda group: group[1], default=None)
+def check_unique(corpus, key_hash: np.ndarray, source) -> None:
+    """CorpusError naming two inputs whose samples have the same key (two listing rows); `key_hash` holds hash(key)
+    per sample.  A folder walk never gives one: its distinct stems escape to distinct keys (walk.key_from_path)."""
+    clash = min(_equal_key_groups(key_hash, lambda indices: corpus.names_and_keys(indices)[1]),
+                key=lambda group: group[1], default=None)
     if clash is not None:
         names, (key, _) = corpus.names_and_keys(clash[:2])
         raise CorpusError(f"{source}: two inputs have the same key '{key}' "

@@ -130,7 +130,7 @@ def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, displa
     """Walk SOURCE, claim OUTPUT, plan, write the table; None when OUTPUT already holds this very pack."""
     display.phase("walk", "file")
     corpus = discover(source, options.kind, options.label_index, strict, spool_dir=output, progress=display.advance,
-                      max_sample_bytes=options.max_sample_bytes)
+                      max_sample_bytes=options.max_sample_bytes, primary=options.primary, require=options.require)
     try:
         identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
                                               manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
@@ -144,7 +144,7 @@ def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, displa
 def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, identity: dict, display) -> Staged:
     """Plan the corpus, take out the shards an earlier run finished, and write the pack-order table."""
     display.phase("plan", "sample", total=len(corpus))
-    plan = make_plan(corpus.nbytes, corpus.key_bytes, options, fmt)
+    plan = make_plan(corpus.nbytes, corpus.key_bytes, options, fmt, corpus.fields)
     finished = {}
     for shard in range(plan.num_shards):
         name = plan.shard_name(shard)
@@ -154,7 +154,8 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
-    head = {"format": options.format, "options": identity, "labels": corpus.labels,
+    head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": corpus.field_names,
+            "max_fields": corpus.max_fields,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
                   corpus.skipped, finished)

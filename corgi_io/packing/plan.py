@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from corgi_io.errors import PackError
+from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
+from corgi_io.packing.sample import check_field_name
 
 ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
 DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
@@ -34,9 +35,17 @@ class PackOptions:
     label_index: tuple | None = None
     max_pixels: int | None = DEFAULT_MAX_PIXELS        # an image with more pixels is skipped (None: no limit)
     max_sample_bytes: int = DEFAULT_MAX_SAMPLE_BYTES   # a larger file is skipped, unread
+    primary: str | None = None   # the primary field's name; None: the first image field, else video, else text
+    require: tuple = ()          # fields every sample must have (one without them is skipped)
 
     def __post_init__(self):
-        """Refuse input limits that are not positive ints (max_pixels may be None: no limit) before any work."""
+        """Refuse input limits that are not positive ints (max_pixels may be None: no limit), and field names that
+        cannot name a field, before any work."""
+        try:
+            for name in (*(() if self.primary is None else (self.primary,)), *self.require):
+                check_field_name(name)
+        except BadInput as exc:
+            raise PackError(f"{exc} (--primary, --require)") from None
         limits = {"max_sample_bytes": self.max_sample_bytes}
         if self.max_pixels is not None:
             limits["max_pixels"] = self.max_pixels
@@ -85,17 +94,19 @@ class PackPlan:
         return replace(self, order=None)
 
 
-def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, fmt) -> PackPlan:
-    """Order the files (seeded permutation, or walk order), then cut blocks and shards from each record's
-    estimated size (`fmt.estimate_record_bytes` from payload and key bytes: no file is read)."""
+def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, fmt, fields=None) -> PackPlan:
+    """Order the samples (seeded permutation, or walk order), then cut blocks and shards from each record's
+    estimated size (`fmt.estimate_record_bytes` from payload and key bytes and, given the `fields` masks, the
+    number of fields: no file is read)."""
     count = len(nbytes)
     order = (np.random.default_rng(options.seed).permutation(count) if options.order == "shuffle"
              else np.arange(count, dtype=np.int64))
     estimates = np.empty(count, dtype=np.int64)
     for start in range(0, count, ESTIMATE_CHUNK):
         files = order[start:start + ESTIMATE_CHUNK]
+        counts = 1 if fields is None else np.bitwise_count(fields[files]).astype(np.int64)
         estimates[start:start + len(files)] = fmt.estimate_record_bytes(
-            nbytes[files], key_bytes[files].astype(np.int64))
+            nbytes[files], key_bytes[files].astype(np.int64), counts)
     cuts = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
                               max(1, options.shard_bytes - len(fmt.TRAILER)))
     return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, tuple(range(len(cuts.shard_starts))),

@@ -23,7 +23,8 @@ SAMPLE_FIELDS = {  # per written sample, in shard order
     "position": np.int64,     # its place in pack order (a row of the pack-order table)
     "offset": np.int64,       # record start in the shard
     "length": np.int64,
-    "data_offset": np.int64,  # payload start in the shard
+    "data_offset": np.int64,  # primary payload start in the shard
+    "bytes": np.int64,        # primary payload bytes
     "size": np.int64,         # the probed size
     "checksum": np.uint32,    # running CRC32C through its block (checksum.py)
 }

@@ -1,8 +1,8 @@
 """The samples in pack order, in two files that each task reads a slice of.
 
 Once the plan is made, the driver writes one fixed-size row per sample in pack order (kind,
-extension, label, byte count, where its name and key are) to ``<name>.rows``, and the names and
-keys to ``<name>.strings``.  A task for positions [first, stop) reads exactly its rows and
+extension, label, byte count, field mask, where its names and key are) to ``<name>.rows``, and the
+names (a sample's files joined by NUL, primary first) and keys to ``<name>.strings``.  A task for positions [first, stop) reads exactly its rows and
 strings, on whatever machine it runs (the files are in OUTPUT/.corgi-partial, on the shared
 file system), so a task is a few numbers however many samples its shard holds, and the driver
 holds nothing per sample while shards are written.  The manifest's per-sample columns and keys
@@ -17,8 +17,8 @@ import numpy as np
 
 from corgi_io.packing.spool import decode, encode
 
-ROW = np.dtype([("kind", "u1"), ("ext", "<u2"), ("label", "<i4"), ("nbytes", "<i8"), ("strings", "<i8"),
-                ("name_bytes", "<u4"), ("key_bytes", "<u4")])
+ROW = np.dtype([("kind", "u1"), ("ext", "<u2"), ("label", "<i4"), ("nbytes", "<i8"), ("fields", "<u8"),
+                ("strings", "<i8"), ("name_bytes", "<u4"), ("key_bytes", "<u4")])
 WRITE_CHUNK = 1 << 13   # rows gathered and written at a time (bounds the Python objects alive)
 WINDOW = 1 << 13         # rows read at a time when building manifest columns (bounds temporaries)
 
@@ -57,7 +57,7 @@ def _write_chunk(rows_file, strings_file, corpus, files: np.ndarray, offset: int
     names, keys = corpus.names_and_keys(files)
     names, keys = [encode(name) for name in names], [key.encode("utf-8") for key in keys]
     rows = np.empty(len(files), dtype=ROW)
-    for field in ("kind", "ext", "label", "nbytes"):
+    for field in ("kind", "ext", "label", "nbytes", "fields"):
         rows[field] = getattr(corpus, field)[files]
     rows["name_bytes"], rows["key_bytes"] = [len(n) for n in names], [len(k) for k in keys]
     sizes = rows["name_bytes"].astype(np.int64) + rows["key_bytes"]

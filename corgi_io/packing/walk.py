@@ -39,7 +39,10 @@ class Entry(NamedTuple):
 
 
 def walk_folder(top: str, skip):
-    """Entries of the files under `top`, depth first in sorted order, as os.walk would give them.
+    """Entries of the files under `top`, depth first, each folder's children sorted by (stem, name).
+
+    Sorting by stem first keeps the files of one sample (``001.jpg``, ``001.txt``) adjacent even when
+    another name sorts between them (``001.m.z``), so the corpus groups them as they come.
 
     Hidden folders are not entered, and a symlink to a folder is not followed (so a symlink
     loop cannot hang the walk); each is passed to `skip(name, reason, problem=...)`.
@@ -51,7 +54,7 @@ def walk_folder(top: str, skip):
         label = printable(prefix.split("/", 1)[0]) or None
         try:
             with os.scandir(os.path.join(top, prefix)) as listing:
-                children = sorted(listing, key=lambda child: child.name)
+                children = sorted(listing, key=lambda child: (without_extension(child.name), child.name))
         except OSError as exc:
             skip(printable(prefix or "."), f"cannot list folder: {exc.strerror}", problem=True)
             continue
@@ -164,6 +167,11 @@ def extension(filename: str) -> str:
     """The lower-case extension of a file name; '' when it has none (a hidden file's leading dot is not one)."""
     stem, dot, ext = filename.rpartition(".")
     return ext.lower() if dot and stem else ""
+
+
+def field_name(raw: str) -> str:
+    """The field a file gives its sample (its tar member suffix): its escaped lower-case extension, "bin" without one."""
+    return escaped_extension(extension(raw.rsplit("/", 1)[-1])) or "bin"
 
 
 def without_extension(path: str) -> str:

@@ -1,6 +1,10 @@
 """Split stage: cut a piece's bytes into sample dicts by the manifest's offsets.
 
-No tar or TFRecord framing is parsed: the manifest holds every payload's offset and length.
+No tar or TFRecord framing is parsed for packs of one field per sample: the manifest holds every
+payload's offset and length.  In a pack whose samples have several fields (`Manifest.max_fields`
+above 1) the piece's records are parsed by the format's `parse_block` (they are already verified),
+and each sample also holds every field under its name (the primary one is `data` itself) and
+`fields`, the names it has, primary first.
 Everything per sample is looked up once per piece with numpy (`tolist()` of column slices;
 kind and extension names through object arrays), so the per-sample cost is one dict and one
 `bytes` slice.  The slice is a copy on purpose: a sample's `data` is a plain `bytes` that
@@ -11,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from corgi_io.errors import CorruptDataError, FormatError
+from corgi_io.formats import RESERVED_FIELDS, get_format
 from corgi_io.manifest import KINDS
 
 
@@ -21,6 +27,7 @@ class PieceSplitter:
         self.manifest, self.samples = manifest, manifest.samples
         self.kind_names = np.array(KINDS, dtype=object)
         self.ext_names = np.array(manifest.extensions, dtype=object)
+        self.fmt = get_format(manifest.format) if manifest.max_fields > 1 else None
 
     def split(self, piece, data: bytes) -> tuple:
         """(the samples of `piece` (block, start, stop) whose records are `data`, in stored order; their payload bytes)."""
@@ -30,8 +37,33 @@ class PieceSplitter:
         ends = (begins + nbytes).tolist()
         kinds = self.kind_names[s.kind[start:stop]].tolist()
         exts = self.ext_names[s.ext[start:stop]].tolist()
-        return [{"index": index, "key": key, "label": label, "size": size, "kind": kind, "ext": ext,
-                 "data": data[begin:end]}
-                for index, key, label, size, kind, ext, begin, end in zip(
-                    range(start, stop), self.manifest.keys(start, stop), s.label[start:stop].tolist(),
-                    s.size[start:stop].tolist(), kinds, exts, begins.tolist(), ends)], int(nbytes.sum())
+        samples = [{"index": index, "key": key, "label": label, "size": size, "kind": kind, "ext": ext,
+                    "data": data[begin:end]}
+                   for index, key, label, size, kind, ext, begin, end in zip(
+                       range(start, stop), self.manifest.keys(start, stop), s.label[start:stop].tolist(),
+                       s.size[start:stop].tolist(), kinds, exts, begins.tolist(), ends)]
+        payload_bytes = int(nbytes.sum())
+        if self.fmt is not None:
+            payload_bytes += self._add_fields(piece, data, samples)
+        return samples, payload_bytes
+
+    def _add_fields(self, piece, data: bytes, samples: list) -> int:
+        """Put each field of the piece's records into its sample dict, and `fields`; returns the extra bytes held."""
+        _, start, _ = piece
+        offset = int(self.samples.offset[start])
+        shard = self.manifest.shards.path(int(self.samples.shard[start]))
+        try:
+            records = list(self.fmt.parse_block(data, offset))
+        except FormatError as exc:
+            raise CorruptDataError(f"{shard}: {exc}", shard=shard, offset=offset, key=samples[0]["key"]) from None
+        if [record.key for record in records] != [sample["key"] for sample in samples]:
+            raise CorruptDataError(f"{shard}: byte offset {offset}: the records do not hold the manifest's keys",
+                                   shard=shard, offset=offset, key=samples[0]["key"])
+        extra = 0
+        for sample, record in zip(samples, records):
+            sample.update(record.fields[1:])
+            if record.fields[0][0] not in RESERVED_FIELDS:  # an odd primary extension (--kind) is in `ext` alone
+                sample[record.fields[0][0]] = sample["data"]
+            sample["fields"] = [name for name, _ in record.fields]
+            extra += sum(len(value) for _, value in record.fields[1:])
+        return extra

@@ -59,6 +59,7 @@ def summarize(m: Manifest) -> dict:
         "payload_bytes": int(s.bytes.sum()),
         "skipped": len(m.skipped),
         "labels": len(m.labels),
+        "fields": dict(zip(m.fields, m.field_counts())),  # field name -> samples holding it
         "size": describe(s.size),
         "size_by_kind": per_kind,
         "size_histogram": log_histogram(s.size),
@@ -79,7 +80,8 @@ def render(summary: dict) -> str:
     """Terminal text: counts, size tables, a histogram of sizes on log bins, block and shard balance."""
     lines = [f"{counted(summary['samples'], 'sample')} in {counted(summary['blocks'], 'block')} and "
              f"{counted(summary['shards'], summary['format'] + ' shard')}, {_human(summary['bytes'])} "
-             f"({counted(summary['labels'], 'label')}, {counted(summary['skipped'], 'file')} skipped)", ""]
+             f"({counted(summary['labels'], 'label')}, {counted(summary['skipped'], 'file')} skipped)",
+             "fields: " + ", ".join(f"{name} ({count:,})" for name, count in summary["fields"].items()), ""]
     return "\n".join(lines + _distribution_table(summary) + _histogram_lines(summary["size_histogram"]))
 
 

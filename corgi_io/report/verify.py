@@ -223,6 +223,19 @@ class _ShardChecker:
             if actual != expected:
                 problems.append(Problem(path, record.offset, f"sample {expected[0]!r}: shard has (key, label, offset, "
                                         f"length, data offset, bytes) {actual}, manifest says {expected}", expected[0]))
+        return problems + self._check_fields(path, records, first)
+
+    def _check_fields(self, path: str, records: list, first: int) -> list:
+        """Each record's field names must be the ones its manifest mask lists (version 3 packs: `sample_fields`)."""
+        if "fields" not in self.m.samples.arrays:
+            return []
+        problems = []
+        for record, mask in zip(records, self.m.samples.fields[first:first + len(records)].tolist()):
+            listed = sorted(name for bit, name in enumerate(self.m.fields) if mask >> bit & 1)
+            held = sorted(name for name, _ in record.fields)
+            if held != listed:
+                problems.append(Problem(path, record.offset, f"sample {record.key!r}: shard has fields {held}, "
+                                        f"manifest says {listed}", record.key))
         return problems
 
     def _check_index(self, shard) -> list:

@@ -26,7 +26,7 @@ def make_bad_corpus(root: Path) -> dict:
     """Good files of every kind plus one broken file of every kind; returns {good relpath: size}."""
     good = {
         "cat/ok.jpg": write_image(root / "cat/ok.jpg", 30, 20, seed=1),
-        "cat/ok.png": write_image(root / "cat/ok.png", 12, 40, seed=2),
+        "cat/fine.png": write_image(root / "cat/fine.png", 12, 40, seed=2),  # not ok.png: a field of cat/ok
         "dog/ok.avi": write_video(root / "dog/ok.avi", 4),
         "bird/ok.txt": write_text(root / "bird/ok.txt", 9),
     }

@@ -183,7 +183,8 @@ def test_key_directories_follow_relative_paths(packed_mixed, mixed_corpus):
     assert "cat/a%2Eb%2Ec" in keys and "dog/sub dir/clip%2Ev2" in keys and "dog/fête_ñ" in keys
 
 
-def test_same_stem_different_extensions_get_distinct_keys(tmp_path, corgi):
+def test_same_stem_different_extensions_are_one_sample(tmp_path, corgi):
+    """Files sharing a folder and a stem are one sample, a field each (it replaced: 'they get distinct keys')."""
     src = tmp_path / "src"
     write_image(src / "a" / "photo.JPG", 20, 10, seed=1)
     write_image(src / "a" / "photo.png", 30, 10, seed=2)
@@ -191,11 +192,12 @@ def test_same_stem_different_extensions_get_distinct_keys(tmp_path, corgi):
     out = tmp_path / "out"
     result = corgi("pack", src, out, "--workers", "1")
     assert result.exit_code == 0, result.output
-    rows = read_wds(out)
-    assert len(rows) == 3 and len({k for k, *_ in rows}) == 3
-    for key, ext, data, _ in rows:
-        assert "." not in key.rsplit("/", 1)[-1]
-        assert data == next(p for p in (src / "a").iterdir() if p.suffix.lower() == f".{ext}").read_bytes()
+    samples = list(webdataset.WebDataset(str(out / "shard-000000.tar"), shardshuffle=False))
+    assert [sample["__key__"] for sample in samples] == ["a/photo"]
+    for ext in ("jpg", "png", "txt"):
+        assert samples[0][ext] == next(p for p in (src / "a").iterdir() if p.suffix.lower() == f".{ext}").read_bytes()
+    m = open_manifest(out)
+    assert (m.extensions, m.max_fields, m.samples.size.tolist()) == (["jpg"], 3, [200])  # the first image is primary
 
 
 @pytest.mark.parametrize("fmt", ["wds", "tfrecord"])

@@ -20,7 +20,7 @@ def synthetic_pack(root, n: int) -> None:
     offset = start - start[i - within]  # records back to back from byte 0 of each shard
     samples = {"label": i % 3, "kind": np.zeros(n), "ext": np.zeros(n), "bytes": length - 600, "size": 1 + i % 97,
                "shard": i // shard_samples, "offset": offset, "length": length, "data_offset": offset + 512,
-               "checksum": i * 7 % 2 ** 32}
+               "checksum": i * 7 % 2 ** 32, "fields": np.ones(n)}
     first = np.arange(0, n, BLOCK)
     count = np.minimum(BLOCK, n - first)
     last = first + count - 1
@@ -30,7 +30,8 @@ def synthetic_pack(root, n: int) -> None:
     shard_last = np.minimum(shard_first + shard_samples, n) - 1
     shards = [{"path": f"shard-{k:06d}.tar", "bytes": int(offset[b] + length[b]) + 1024, "first_sample": int(a),
                "samples": int(b - a + 1)} for k, (a, b) in enumerate(zip(shard_first, shard_last))]
-    head = {"format": "wds", "options": {}, "labels": ["a", "b", "c"], "extensions": ["txt"], "checksum": "crc32c",
+    head = {"format": "wds", "options": {}, "labels": ["a", "b", "c"], "extensions": ["txt"], "fields": ["txt"],
+            "max_fields": 1, "checksum": "crc32c",
             "shards": shards, "skipped": []}
     save_manifest(root, head, samples, blocks, [f"k/{j:07d}" for j in range(n)])
 

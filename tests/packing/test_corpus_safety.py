@@ -327,17 +327,17 @@ def test_reasons_are_plain_text(tmp_path, corgi):
     src = tmp_path / "src"
     write_image(src / "a" / "ok.png", 8, 8)
     (src / "a" / "empty.jpg").write_bytes(b"")
-    (src / "a" / "empty.mp4").write_bytes(b"")
+    (src / "a" / "void.mp4").write_bytes(b"")  # not empty.mp4: that would be a field of sample a/empty
     (src / "a" / "zeros.png").write_bytes(b"\0" * 64)  # Pillow cannot identify it
     write_truncated_jpeg(src / "a" / "cut.jpg")
     write_video(tmp_path / "whole.avi", 6)
     data = (tmp_path / "whole.avi").read_bytes()
-    (src / "a" / "cut.avi").write_bytes(data[: len(data) // 3])
+    (src / "a" / "short.avi").write_bytes(data[: len(data) // 3])
     result = corgi("pack", src, tmp_path / "out", "--workers", "1")
     assert result.exit_code == 0, result.output
     reasons = {s["path"]: s["reason"] for s in open_manifest(tmp_path / "out").skipped}
     assert reasons["a/empty.jpg"] == "empty image file (0 bytes)"
-    assert reasons["a/empty.mp4"] == "empty video file (0 bytes)"
+    assert reasons["a/void.mp4"] == "empty video file (0 bytes)"
     assert reasons["a/zeros.png"] == "not a readable image (Pillow does not recognise its format)"
     assert "JPEG" in reasons["a/cut.jpg"]
     assert all(PLAIN_TEXT.match(reason) and "0x" not in reason for reason in reasons.values()), reasons

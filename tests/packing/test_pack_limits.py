@@ -246,7 +246,7 @@ def test_a_zero_max_sample_bytes_is_one_line(tmp_path, corgi):
 
 def test_kind_keeps_only_files_of_that_kind_as_its_help_says(tmp_path, corgi):
     help_text = " ".join(corgi("pack", "--help").stdout.split())
-    assert "Keep only files of this kind" in help_text and "Force" not in help_text
+    assert "Keep only samples with a field of this kind" in help_text and "Force" not in help_text
     write_image(tmp_path / "src" / "a" / "pic.png", 4, 4)
     (tmp_path / "src" / "a" / "raw.img").write_bytes((tmp_path / "src" / "a" / "pic.png").read_bytes())  # unknown ext
     write_text(tmp_path / "src" / "a" / "notes.txt", 3)

@@ -132,13 +132,15 @@ def test_two_listing_rows_with_one_key_fail_naming_both(tmp_path, corgi):
         write_text(tmp_path / name, 3)
     write_listing(tmp_path / "list.csv", [{"path": "a.txt"}, {"path": "b.txt", "key": "k"},
                                           {"path": "c.txt", "key": "k"}])
-    with pytest.raises(CorpusError, match=r"two inputs have the same key 'k%2Etxt' \(b.txt, c.txt\)"):
+    with pytest.raises(CorpusError, match=r"two inputs have the same key 'k' \(b.txt, c.txt\)"):
         discover(tmp_path / "list.csv")
     result = corgi("pack", tmp_path / "list.csv", tmp_path / "out")
     assert result.exit_code == 1 and "same key" in result.stderr
 
 
-def test_files_sharing_a_stem_keep_their_extension_in_the_key(tmp_path):
+def test_files_sharing_a_stem_are_one_sample_with_a_field_each(tmp_path):
+    """The WebDataset rule (it replaced 'files sharing a stem keep their extension in the key'): photo.md and
+    photo.txt are sample a/photo, primary md (the first text field); other stems keep their own samples."""
     for name in ("photo.JPG.txt", "photo.png.txt"):
         write_text(tmp_path / "src" / "a" / name, 3)
     write_text(tmp_path / "src" / "a" / "photo.txt", 3)
@@ -146,8 +148,10 @@ def test_files_sharing_a_stem_keep_their_extension_in_the_key(tmp_path):
     corpus = discover(tmp_path / "src")
     keys = {name: key for _, name, key in corpus.files()}
     assert keys == {"a/photo.JPG.txt": "a/photo%2EJPG", "a/photo.png.txt": "a/photo%2Epng",
-                    "a/photo.md": "a/photo%2Emd", "a/photo.txt": "a/photo%2Etxt"}
-    assert corpus.key_bytes.tolist() == [len(keys[name]) for _, name, _ in corpus.files()]
+                    "a/photo.md": "a/photo", "a/photo.txt": "a/photo"}
+    assert len(corpus) == 3 and corpus.max_fields == 2 and corpus.extensions == ["md", "txt"]
+    assert corpus.names_and_keys([0]) == (["a/photo.md\0a/photo.txt"], ["a/photo"])  # the walk sorts by stem
+    assert corpus.key_bytes.tolist() == [len("a/photo"), len("a/photo%2EJPG"), len("a/photo%2Epng")]
 
 
 # --- executors -------------------------------------------------------------------------------------
