@@ -23,7 +23,8 @@ from corgi_io.packing.corpus import not_regular_reason, too_large_reason
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
 from corgi_io.packing.shard_file import ShardFile, naming
-from corgi_io.packing.sizing import load_size_fn, probe_size
+from corgi_io.packing.sizing import probe_size
+from corgi_io.packing.user_code import load_function
 from corgi_io.packing.table import Table, read_rows
 from corgi_io.packing.walk import field_name, printable
 
@@ -115,7 +116,7 @@ class _BlockEncoder:
     def __init__(self, task: ShardTask):
         self.task, self.fmt = task, get_format(task.format)
         self.checksum = checksum_function(DEFAULT_CHECKSUM)
-        self.size_fn = load_size_fn(task.size_fn) if task.size_fn else None
+        self.size_fn = load_function(task.size_fn, "--size-fn") if task.size_fn else None
         self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
 

@@ -40,7 +40,7 @@ from corgi_io.packing.output import check_output, claim_output, finish_output, o
 from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress import PackProgress
 from corgi_io.packing.records import load_finished, record_path
-from corgi_io.packing.sizing import load_size_fn
+from corgi_io.packing.user_code import load_function
 from corgi_io.packing.table import Table, write_table
 
 __all__ = ["PackOptions", "pack"]
@@ -60,7 +60,7 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     if options.order not in layout.ORDERS:
         raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
     if options.size_fn:
-        load_size_fn(options.size_fn)  # fail before any work, not in every task
+        load_function(options.size_fn, "--size-fn")  # fail before any work, not in every task
     output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
     try:
         with _locked_output(Path(source), output), PackProgress(progress) as display, \

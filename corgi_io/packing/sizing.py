@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import codecs
 import functools
-import importlib
 import io
 
 from PIL import Image, UnidentifiedImageError
 
-from corgi_io.errors import BadInput, PackError
+from corgi_io.errors import BadInput
 
 MAX_PLAUSIBLE_FRAMES = 10_000_000
 TEXT_CHUNK = 1 << 20  # bytes of text decoded and counted at a time
@@ -150,20 +149,6 @@ def _whitespace_table():
     import numpy as np
 
     return np.array([chr(code).isspace() for code in range(MAX_WHITESPACE + 2)], dtype=bool)
-
-
-def load_size_fn(spec: str):
-    """Import ``module:function`` for a custom size; fails early with a clear message."""
-    module_name, _, function_name = spec.partition(":")
-    if not module_name or not function_name:
-        raise PackError(f"--size-fn {spec!r}: expected MODULE:FUNCTION")
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
-        raise PackError(f"--size-fn {spec!r}: {exc}") from None
-    if not callable(function):
-        raise PackError(f"--size-fn {spec!r} is not callable")
-    return function
 
 
 def probe_size(kind: str, path: str, data: bytes, size_fn=None, max_pixels: int | None = None) -> int:

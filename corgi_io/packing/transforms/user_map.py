@@ -10,13 +10,13 @@ label is kept.  The module must be importable by every worker (on its sys.path; 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from typing import ClassVar
 
-from corgi_io.errors import BadInput, PackError, plain_message
+from corgi_io.errors import BadInput, plain_message
 from corgi_io.packing.sample import PackSample, check_field_name
 from corgi_io.packing.transforms.base import Drop, Kept
+from corgi_io.packing.user_code import load_function
 
 
 @dataclass(frozen=True)
@@ -60,17 +60,3 @@ class UserMap:
             except BadInput as exc:
                 raise BadInput(f"sample {sample.key!r}: {self.function} returned {exc}") from None
         return Kept(PackSample(sample.key, sample.label, dict(fields)))  # checks bytes values and a field at least
-
-
-def load_function(spec: str, option: str):
-    """The callable ``module:function`` names; PackError naming `option` and `spec` if it cannot be had."""
-    module_name, _, function_name = spec.partition(":") if isinstance(spec, str) else ("", "", "")
-    if not module_name or not function_name:
-        raise PackError(f"{option} {spec!r}: expected MODULE:FUNCTION")
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except Exception as exc:  # importing runs the module's code, which may raise anything
-        raise PackError(f"{option} {spec!r}: {plain_message(exc)}") from None
-    if not callable(function):
-        raise PackError(f"{option} {spec!r} is not callable")
-    return function
