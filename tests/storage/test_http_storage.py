@@ -33,6 +33,7 @@ def test_open_storage_picks_urllib3_for_http_unless_told_otherwise():
         open_storage(url, backend="curl")
 
 
+@pytest.mark.slow
 def test_ranged_reads_equal_the_file_bytes(served):
     rng = random.Random(1)
     for _ in range(40):
@@ -45,6 +46,7 @@ def test_ranged_reads_equal_the_file_bytes(served):
     assert served.retried == 0
 
 
+@pytest.mark.slow
 def test_404_fails_at_once_naming_the_url(served):
     with pytest.raises(FileNotFoundError, match=r"h/nope\.bin") as caught:
         served.read_range("nope.bin", 0, 10)
@@ -53,6 +55,7 @@ def test_404_fails_at_once_naming_the_url(served):
         served.read_range("a.bin", len(DATA) - 10, 20)
 
 
+@pytest.mark.slow
 def test_reads_after_fork_use_a_new_pool(served):
     assert served.read_range("a.bin", 0, 10) == DATA[:10]
     pid = os.fork()
