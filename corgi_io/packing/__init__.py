@@ -2,7 +2,7 @@
 
 `pack` and `PackOptions` are the public face (also exported by `corgi_io`).  One job per module:
 
-* walk.py, corpus.py, keys.py, spool.py - streaming SOURCE into compact numpy columns, unique keys;
+* walk.py, grouping.py, corpus.py, keys.py, spool.py - streaming SOURCE into compact numpy columns of samples, unique keys;
 * sizing.py - size probes; layout.py and plan.py - pure planning (order, blocks, shards, todo);
 * table.py - the samples in pack order, which the tasks read; encode.py, shard_file.py, records.py -
   the task that writes one whole shard and its record;

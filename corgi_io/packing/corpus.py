@@ -14,7 +14,7 @@ sample (byte count, key length, kind, extension, label, field mask, string offse
 corpus holds; names and keys stay on disk.  Only ``stat`` is called here; file contents are read
 later, by the pack's tasks.
 
-Every input gets an outcome: it is packed, or it is skipped with a one-line warning on
+Grouping and skipping are `grouping.SampleGrouper`'s.  Every input gets an outcome: it is packed, or it is skipped with a one-line warning on
 stderr and a record in the manifest.  Some skips follow a rule (hidden files and folders,
 unknown extensions, symlinked folders, labels outside the label index); the others are
 problems (a missing or unreadable file, something that is not a regular file, a listing
@@ -22,35 +22,22 @@ row whose key breaks the key rule), and `strict` turns the first problem into a 
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
-from corgi_io.errors import BadInput, CorpusError
-from corgi_io.formats import RESERVED_FIELDS
-from corgi_io.manifest import KINDS
+from corgi_io.errors import CorpusError
+from corgi_io.packing.sample import FIELD_KINDS
+from corgi_io.packing.spool import SpooledStrings, decode
 from corgi_io.packing import keys as key_rules
-from corgi_io.packing.sample import FIELD_KINDS, check_field_name, default_primary, field_kind
-from corgi_io.packing.spool import SpooledColumn, SpooledStrings, decode
-from corgi_io.packing.walk import extension, field_name, key_from_path, printable, read_listing, walk_folder
+from corgi_io.packing.grouping import SampleGrouper
+from corgi_io.packing.walk import printable, read_listing, walk_folder
 
 EXTENSIONS = {kind: set(names) for kind, names in FIELD_KINDS.items()}  # the media extensions, by kind
-KIND_ID = {kind: i for i, kind in enumerate(KINDS)}
 LISTING_SUFFIXES = {".csv", ".jsonl"}
-MAX_WARNINGS = 20  # skipped inputs warned one line each; the rest are counted in one line
 CHUNK = 8192       # entries turned into columns at a time
-MAX_EXTENSIONS = int(np.iinfo(np.uint16).max) + 1  # the manifest's extension column is uint16
-MAX_FIELDS = 64  # the manifest's field mask column is uint64
-_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
-_NUMERIC = {"nbytes": np.int64, "key_bytes": np.uint32, "kind": np.uint8, "ext": np.uint16, "label": np.int32,
-            "key_hash": np.int64, "fields": np.uint64}
 
 
 @dataclass
@@ -115,7 +102,7 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
     """
     source = Path(source)
     is_folder = check_source(source)
-    builder = _Builder(source, kind, label_index, strict, spool_dir, max_sample_bytes, primary, tuple(require),
+    builder = SampleGrouper(source, kind, label_index, strict, spool_dir, max_sample_bytes, primary, tuple(require),
                        grouping=is_folder)
     if is_folder:
         base, entries = os.path.abspath(source), walk_folder(os.path.abspath(source), builder.skip)
@@ -128,7 +115,10 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
                 _report(progress, builder.flush())
         builder.close_group()
         _report(progress, builder.flush())
-        return builder.finish(base)
+        fields, key_hash = builder.finish(base)
+        corpus = Corpus(*fields)
+        key_rules.check_unique(corpus, key_hash, source)
+        return corpus
     except BaseException:
         builder.strings.close()
         raise
@@ -150,249 +140,3 @@ def _report(progress, files: int) -> None:
         progress(files)
 
 
-def not_regular_reason(mode: int) -> str:
-    """Why a file of this `st_mode` is not packed: only regular files are (FIFOs could block a read forever)."""
-    what = next((name for test, name in _FILE_TYPES if test(mode)), "an unknown file type")
-    return f"not a regular file ({what})"
-
-
-def too_large_reason(nbytes: int, most: int) -> str:
-    """Why a file of `nbytes` bytes is not packed when samples may have at most `most`."""
-    return f"{nbytes:,} bytes, above the limit of {most:,} (--max-sample-bytes)"
-
-
-class _Builder:
-    """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
-
-    def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir, max_sample_bytes,
-                 primary: str | None = None, require: tuple = (), grouping: bool = False):
-        self.source, self.kind, self.strict, self.max_sample_bytes = source, kind, strict, max_sample_bytes
-        self.primary, self.require, self.grouping = primary, require, grouping  # grouping: files sharing a stem
-        self.strings = SpooledStrings(spool_dir)
-        self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
-        self.fixed_labels = label_index is not None
-        self.label_ids = {name: i for i, name in enumerate(label_index or ())}  # name -> id (provisional if not fixed)
-        self.ext_ids, self.skipped, self.label_skips = {}, [], 0  # ext_ids: escaped extension -> provisional id
-        self.warned, self.kind_skips = 0, 0  # skips warned one line each; files of other kinds than `kind`
-        self.field_bits, self.max_fields = {}, 0  # field name -> bit of the field mask
-        self.pending, self.records, self.lines, self.group = [], [], [], []
-        self.digest = hashlib.sha256()
-
-    def skip(self, name: str, reason: str, *, line: int | None = None, problem: bool = False,
-             quiet: bool = False) -> None:
-        """Record a skipped input and warn (the first MAX_WARNINGS, unless `quiet`: counted in `summarise`);
-        under `strict` a problem raises instead."""
-        where = f"line {line}: " if line is not None else ""
-        if problem and self.strict:
-            raise CorpusError(f"{self.source}: {where}{name}: {reason}")
-        self.skipped.append({"path": name, "reason": where + reason})
-        if not quiet and self.warned < MAX_WARNINGS:
-            self.warned += 1
-            warn(f"skipped {name}: {where}{reason}")
-
-    def summarise(self) -> None:
-        if self.kind_skips:
-            warn(f"skipped {self.kind_skips} files of other kinds than {self.kind} (--kind {self.kind})")
-        unshown = len(self.skipped) - self.kind_skips - self.warned
-        if unshown > 0:
-            warn(f"skipped {unshown} more inputs, not shown; a finished pack lists every skipped input "
-                 "with its reason under 'skipped' in manifest.json")
-
-    def add(self, entry) -> None:
-        """Queue one entry into the sample it belongs to; a new stem closes the previous sample (`close_group`)."""
-        if entry.path.rsplit("/", 1)[-1].startswith("."):
-            return self.skip(printable(entry.raw), "hidden file", line=entry.line)
-        if self.group and not (self.grouping and entry.stem == self.group[0].stem):
-            self.close_group()
-        self.group.append(entry)
-        return None
-
-    def close_group(self) -> None:
-        """Turn the queued entries of one sample into a row of values, or record why its files are skipped."""
-        group, self.group = self.group, []
-        if not group:
-            return None
-        members = self._distinct_fields(group)
-        index, kind = self._primary([field for _, field in members])
-        if index is None:
-            return self._skip_unkinded(members)
-        members = [members[index]] + self._usable_extras(members[:index] + members[index + 1:], group[0].stem)
-        stats = [self._stat(entry) for entry, _ in members]
-        kept = [(entry, field, info) for (entry, field), info in zip(members, stats) if info is not None]
-        if stats[0] is None or self._lacks_required(kept):
-            return self._skip_all(kept, f"its primary field '{members[0][1]}' was skipped" if stats[0] is None
-                                  else f"no field {self._missing(kept)} (--require {','.join(self.require)})")
-        label = self._label_id(group[0].label, [printable(entry.raw) for entry, _, _ in kept], group[0].line)
-        if label is not None:
-            self._queue(kept, kind, label)
-        return None
-
-    def _distinct_fields(self, group: list) -> list:
-        """(entry, field name) of each file of a sample; a file repeating a field (a.JPG beside a.jpg) is skipped."""
-        members, seen = [], {}
-        for entry in group:
-            field = field_name(entry.raw)
-            if field in seen:
-                self.skip(printable(entry.raw), f"field '{field}' repeats in its sample (also {seen[field]})",
-                          line=entry.line, problem=True)
-            else:
-                seen[field] = printable(entry.raw)
-                members.append((entry, field))
-        return members
-
-    def _primary(self, fields: list) -> tuple:
-        """(index of the primary field among `fields`, its kind), or (None, None) when the options leave none."""
-        kinds = [field_kind(field) for field in fields]
-        if self.primary is not None:
-            index = fields.index(self.primary) if self.primary in fields else None
-        elif self.kind == "auto":
-            name = default_primary(fields)
-            index = None if name is None else fields.index(name)
-        else:
-            index = next((i for i, kind in enumerate(kinds) if kind == self.kind), None if any(kinds) else 0)
-        kind = None if index is None else kinds[index] or (None if self.kind == "auto" else self.kind)
-        if kind is None or self.kind not in ("auto", kind):
-            return None, None
-        return index, kind
-
-    def _skip_unkinded(self, members: list) -> None:
-        """Skip each file of a sample that has no primary field under the options, saying why."""
-        kinds = [field_kind(field) for _, field in members]
-        for (entry, field), kind in zip(members, kinds):
-            name, ext = printable(entry.raw), extension(entry.path.rsplit("/", 1)[-1])
-            if self.primary is not None:
-                self.skip(name, f"its sample has no usable primary field '{self.primary}' (--primary)", line=entry.line)
-            elif self.kind != "auto" and any(kinds):
-                self.kind_skips += 1
-                what = f"a {kind} file" if kind else f"a field of a sample without {self.kind} files"
-                self.skip(name, f"{what}: --kind {self.kind} keeps only {self.kind} files", line=entry.line, quiet=True)
-            else:
-                self.skip(name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
-
-    def _usable_extras(self, members: list, stem: str) -> list:
-        """The non-primary (entry, field) pairs whose field name can name a tar member, a feature and a dict key."""
-        usable = []
-        for entry, field in members:
-            try:
-                if field in RESERVED_FIELDS:
-                    raise BadInput(f"'{field}' is reserved ({', '.join(sorted(RESERVED_FIELDS))})")
-                usable.append((entry, check_field_name(field)))
-            except BadInput as exc:
-                self.skip(printable(entry.raw), f"cannot be a field of sample '{printable(stem)}': {exc}",
-                          line=entry.line)
-        return usable
-
-    def _stat(self, entry):
-        """The `os.stat` of a file to pack, or None after recording why it cannot be packed."""
-        name = printable(entry.raw)
-        try:
-            info = os.stat(entry.path)
-        except OSError as exc:
-            return self.skip(name, f"cannot stat: {exc.strerror}", line=entry.line, problem=True)
-        except ValueError as exc:  # a NUL or a lone surrogate in a listing's path
-            return self.skip(name, f"not a usable path ({exc})", line=entry.line, problem=True)
-        if not stat.S_ISREG(info.st_mode):
-            return self.skip(name, not_regular_reason(info.st_mode), line=entry.line, problem=True)
-        if self.max_sample_bytes is not None and info.st_size > self.max_sample_bytes:
-            return self.skip(name, too_large_reason(info.st_size, self.max_sample_bytes), line=entry.line,
-                             problem=True)
-        return info
-
-    def _missing(self, kept: list) -> str:
-        present = {field for _, field, _ in kept}
-        return ", ".join(f"'{field}'" for field in self.require if field not in present)
-
-    def _lacks_required(self, kept: list) -> bool:
-        return bool(self.require) and bool(self._missing(kept))
-
-    def _skip_all(self, kept: list, reason: str) -> None:
-        for entry, _, _ in kept:
-            self.skip(printable(entry.raw), reason, line=entry.line)
-
-    def _queue(self, kept: list, kind: str, label: int) -> None:
-        """Queue the values of a sample of files `kept` ((entry, field, stat), primary first)."""
-        mask = 0
-        for _, field, _ in kept:
-            bit = self.field_bits.setdefault(field, len(self.field_bits))
-            if bit >= MAX_FIELDS:
-                raise CorpusError(f"{self.source}: more than {MAX_FIELDS} distinct field names (the 65th: '{field}')")
-            mask |= 1 << bit
-        self.max_fields = max(self.max_fields, len(kept))
-        key = key_from_path(kept[0][0].stem)
-        ext_id = self.ext_ids.setdefault(kept[0][1], len(self.ext_ids))
-        self.records.append("\0".join(entry.raw for entry, _, _ in kept) + f"\0{key}")
-        self.lines.extend(f"{printable(entry.raw)}\0{info.st_size}\0{info.st_mtime_ns}\n" for entry, _, info in kept)
-        key_bytes = len(key) if key.isascii() else len(key.encode("utf-8"))
-        self.pending.append((sum(info.st_size for _, _, info in kept), key_bytes, KIND_ID[kind], ext_id, label,
-                             hash(key), mask))
-
-    def _label_id(self, label, names: list, line):
-        """The (provisional) id of `label`, -1 without one; None when it is outside a fixed label index (the files
-        `names` skipped)."""
-        if label is None:
-            return -1
-        if not self.fixed_labels:
-            return self.label_ids.setdefault(label, len(self.label_ids))
-        found = self.label_ids.get(label)
-        if found is None:
-            self.label_skips += 1
-            for name in names:
-                self.skip(name, f"label '{label}' not in the label index", line=line)
-        return found
-
-    def flush(self) -> int:
-        """Turn the queued values into one chunk of each column; returns how many files it held."""
-        count = len(self.pending)
-        if count:
-            for name, values in zip(_NUMERIC, zip(*self.pending)):
-                self.columns[name].extend(values)
-            self.strings.extend(self.records)
-            self.digest.update("".join(self.lines).encode("utf-8"))
-            self.pending, self.records, self.lines = [], [], []
-        if len(self.ext_ids) > MAX_EXTENSIONS:
-            raise CorpusError(f"{self.source}: more than {MAX_EXTENSIONS} distinct extensions")
-        return count
-
-    def finish(self, base: str) -> Corpus:
-        """The Corpus: labels and extensions numbered in their final order, keys checked unique."""
-        self.strings.seal()
-        if not len(self.strings):
-            if self.label_skips:
-                raise CorpusError("every file has a label outside the given label index")
-            first = f", first: {self.skipped[0]['path']}: {self.skipped[0]['reason']}" if self.skipped else ""
-            raise CorpusError(f"{self.source}: the corpus is empty ({len(self.skipped)} skipped{first})")
-        column = {name: self.columns[name].read() for name in ("key_hash", "nbytes", "key_bytes", "kind", "fields")}
-        extensions, column["ext"] = _renumbered(self.ext_ids, self.columns["ext"].read(), sorted(self.ext_ids))
-        labels, column["label"] = self._labels(self.columns["label"].read())
-        corpus = Corpus(base, self.strings, column["nbytes"], column["key_bytes"], column["kind"], column["ext"],
-                        column["label"], column["fields"], extensions, labels, list(self.field_bits), self.max_fields,
-                        self.skipped, self.digest.hexdigest())
-        key_rules.check_unique(corpus, column.pop("key_hash"), self.source)
-        return corpus
-
-    def _labels(self, provisional: np.ndarray) -> tuple:
-        """(label index, final ids): a given index as is; integer class names keep their own ids; else sorted."""
-        names = list(self.label_ids)
-        if self.fixed_labels:
-            return names, provisional
-        if names and all(name.isdigit() for name in names):
-            labels = [str(i) for i in range(max(int(name) for name in names) + 1)]
-            return labels, _relabelled(provisional, [int(name) for name in names])
-        return _renumbered(self.label_ids, provisional, sorted(names))
-
-
-def _renumbered(ids: dict, column: np.ndarray, final: list) -> tuple:
-    """(final names, column with provisional ids -> ids into `final`)."""
-    position = {name: i for i, name in enumerate(final)}
-    return final, _relabelled(column, [position[name] for name in ids])
-
-
-def _relabelled(column: np.ndarray, new_ids: list) -> np.ndarray:
-    """`column` with each provisional id i replaced by new_ids[i]; -1 (unlabeled) stays -1."""
-    lookup = np.array([*new_ids, -1]).astype(column.dtype)  # index -1 picks the appended -1
-    return lookup[column]
-
-
-def warn(message: str) -> None:
-    """A one-line warning on stderr that does not break a progress bar."""
-    tqdm.write(f"corgi pack: warning: {message}", file=sys.stderr)

@@ -19,7 +19,7 @@ from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
 from corgi_io.manifest import KINDS
 from corgi_io.packing import executors
-from corgi_io.packing.corpus import not_regular_reason, too_large_reason
+from corgi_io.packing.grouping import not_regular_reason, too_large_reason
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
 from corgi_io.packing.shard_file import ShardFile, naming

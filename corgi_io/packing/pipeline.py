@@ -33,7 +33,8 @@ from corgi_io.storage.locks import FolderLock
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
-from corgi_io.packing.corpus import check_source, discover, warn
+from corgi_io.packing.corpus import check_source, discover
+from corgi_io.packing.grouping import warn
 from corgi_io.packing.encode import ShardTask, write_shard
 from corgi_io.packing.executors import open_executor
 from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial

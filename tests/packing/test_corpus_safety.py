@@ -20,7 +20,8 @@ from urllib.parse import unquote_to_bytes
 import pytest
 
 from corgi_io.packing.encode import read_regular_file
-from corgi_io.packing.corpus import MAX_WARNINGS, discover
+from corgi_io.packing.corpus import discover
+from corgi_io.packing.grouping import MAX_WARNINGS
 from corgi_io.packing.walk import key_from_path
 from corgi_io.manifest.names import key_problem
 from corgi_io.errors import BadInput

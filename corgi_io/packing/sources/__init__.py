@@ -177,7 +177,7 @@ def skip_or_raise(message: str, strict: bool, on_skip) -> None:
     if strict:
         raise BadInput(message)
     if on_skip is None:
-        from corgi_io.packing.corpus import warn
+        from corgi_io.packing.grouping import warn
 
         on_skip = warn
     on_skip(f"skipped {message}")
