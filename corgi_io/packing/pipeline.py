@@ -7,7 +7,8 @@
    earlier run (their records in ``OUTPUT/.corgi-partial/``) are taken out of it.
 3. The driver writes the samples in pack order to a table in the partial folder (table.py) and
    lets go of the corpus; each shard still to write becomes a `ShardTask` of a few numbers.
-4. An executor runs `encode.write_shard` over the tasks: each reads its files, encodes, writes and
+4. An executor runs `encode.write_shard` over the tasks: each reads its files, runs the pack-time
+   transforms and size filter on each sample (`PackOptions.transforms`), encodes, writes and
    fsyncs its whole shard into OUTPUT, saves its record and renames the shard into place.
 5. The manifest is built from the records and the table, a column at a time (columns.py), and
    written last; then the partial folder goes.
@@ -133,7 +134,8 @@ def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, displa
                       max_sample_bytes=options.max_sample_bytes, primary=options.primary, require=options.require)
     try:
         identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
-                                              manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
+                                              manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint,
+                                              transforms=options.transforms().options())))
         if claim_output(output, identity, overwrite):
             return None
         return _stage(corpus, options, fmt, output, open_partial(output, identity), identity, display)
@@ -174,11 +176,12 @@ def _created():
 
 def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, display) -> dict:
     """Run a ShardTask per shard still to write; returns {shard: ShardDone} for every shard, earlier ones too."""
-    plan = staged.plan
+    plan, transforms, size_filter = staged.plan, options.transforms(), options.size_filter()
     tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
-                       strict, options.max_pixels, options.max_sample_bytes) for shard in plan.todo)
+                       strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter)
+             for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)
     for done in executor.run(write_shard, tasks, display.advance):

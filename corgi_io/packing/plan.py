@@ -15,8 +15,10 @@ from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 from corgi_io.packing.sample import check_field_name
+from corgi_io.packing.transforms import ImageResize, SizeFilter, TransformChain
 
 ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
+NO_PIXEL_LIMIT = 1 << 62  # --max-pixels 0: the resize transform's header check never refuses
 DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 
 
@@ -37,6 +39,10 @@ class PackOptions:
     max_sample_bytes: int = DEFAULT_MAX_SAMPLE_BYTES   # a larger file is skipped, unread
     primary: str | None = None   # the primary field's name; None: the first image field, else video, else text
     require: tuple = ()          # fields every sample must have (one without them is skipped)
+    image_max_side: int | None = None   # pack-time preprocessing (docs/format.md): resize larger images
+    image_quality: int = 90             # the JPEG/WebP quality of a resized image
+    min_size: int | None = None         # skip a sample whose primary field's final size is outside [min, max]
+    max_size: int | None = None
 
     def __post_init__(self):
         """Refuse input limits that are not positive ints (max_pixels may be None: no limit), and field names that
@@ -52,6 +58,23 @@ class PackOptions:
         for name, value in limits.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PackError(f"{name} must be a positive int, not {value!r}")
+        if self.size_fn and self.image_max_side is not None:
+            raise PackError("--size-fn sizes the source file, which --image-max-side changes: use one or the other")
+        self.transforms()
+        self.size_filter()
+
+    def transforms(self) -> TransformChain:
+        """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options."""
+        if self.image_max_side is None:
+            return TransformChain()
+        return TransformChain((ImageResize(self.image_max_side, "keep", self.image_quality,
+                                           self.max_pixels or NO_PIXEL_LIMIT),))
+
+    def size_filter(self) -> SizeFilter | None:
+        """The filter on each sample's final primary size, or None without --min-size/--max-size."""
+        if self.min_size is None and self.max_size is None:
+            return None
+        return SizeFilter(self.min_size, self.max_size)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,149 @@
+"""`corgi pack --image-max-side/--image-quality/--min-size/--max-size`: preprocessing in the shard tasks.
+
+Real packs of a folder of JPEGs with captions, read back with stock webdataset and tfrecord, the
+manifest and the loader; the options are in the pack's identity; a resumed pack is byte-identical.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import webdataset
+from click.testing import CliRunner
+from PIL import Image
+from tfrecord.reader import tfrecord_loader
+
+from corgi_io.cli import main
+from corgi_io.errors import PackError
+from corgi_io.manifest import open_manifest
+from corgi_io.packing import PackOptions, pack, pipeline
+from helpers.corpus_factory import write_image
+
+SIDE = 64
+SIZES = {"big/a": (200, 100), "big/b": (90, 160), "small/c": (64, 40), "small/d": (30, 30)}  # key -> (w, h)
+CAPTIONS = {key: f"a picture of {key}".encode() for key in SIZES}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """JPEGs, some larger than SIDE and some not, each with a .txt caption (two fields per sample)."""
+    root = tmp_path_factory.mktemp("captioned")
+    for key, (width, height) in SIZES.items():
+        write_image(root / f"{key}.jpg", width, height)
+        (root / f"{key}.txt").write_bytes(CAPTIONS[key])
+    return root
+
+
+def run_pack(source: Path, out: Path, *args: str):
+    """`corgi pack` in this process; the click result."""
+    return CliRunner().invoke(main, ["pack", str(source), str(out), "--workers", "1", "--order", "keep", *args])
+
+
+def stock_wds(out: Path) -> dict:
+    """{key: {field: bytes}} through stock webdataset."""
+    urls = sorted(str(path) for path in out.glob("shard-*.tar"))
+    return {sample["__key__"]: {name: value for name, value in sample.items() if not name.startswith("__")}
+            for sample in webdataset.WebDataset(urls, shardshuffle=False)}
+
+
+def stock_tfrecord(out: Path) -> dict:
+    """{key: {feature: bytes or int}} through stock tfrecord (no index: every record, in order)."""
+    description = {"key": "byte", "data": "byte", "ext": "byte", "txt": "byte", "size": "int"}
+    samples = {}
+    for path in sorted(out.glob("shard-*.tfrecord")):
+        for record in tfrecord_loader(str(path), None, description):
+            samples[bytes(record["key"]).decode()] = record
+    return samples
+
+
+@pytest.mark.parametrize("fmt", ["wds", "tfrecord"])
+def test_large_images_resized_small_ones_byte_identical(corpus, tmp_path, fmt):
+    result = run_pack(corpus, tmp_path / "out", "--format", fmt, "--image-max-side", str(SIDE))
+    assert result.exit_code == 0, result.output
+    manifest = open_manifest(tmp_path / "out")
+    assert manifest.num_samples == len(SIZES) and not manifest.skipped
+    if fmt == "wds":
+        images = {key: (fields["jpg"], fields["txt"]) for key, fields in stock_wds(tmp_path / "out").items()}
+    else:
+        images = {key: (bytes(rec["data"]), bytes(rec["txt"])) for key, rec in stock_tfrecord(tmp_path / "out").items()}
+    sizes = dict(zip(manifest.keys(), manifest.samples.size.tolist()))
+    for key, (width, height) in SIZES.items():
+        data, caption = images[key]
+        assert caption == CAPTIONS[key]
+        if max(width, height) <= SIDE:
+            assert data == (corpus / f"{key}.jpg").read_bytes()
+            assert sizes[key] == width * height
+            continue
+        new = Image.open(io.BytesIO(data)).size
+        assert max(new) == SIDE and abs(new[0] / new[1] - width / height) < 0.05
+        assert sizes[key] == new[0] * new[1]
+
+
+def test_options_recorded_and_other_options_refused(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert run_pack(corpus, out, "--image-max-side", str(SIDE), "--image-quality", "80").exit_code == 0
+    options = open_manifest(out).options
+    assert options["image_max_side"] == SIDE and options["image_quality"] == 80
+    assert options["transforms"] == [{"name": "resize", "max_side": SIDE, "format": "keep", "quality": 80,
+                                      "max_pixels": options["max_pixels"]}]
+    again = run_pack(corpus, out, "--image-max-side", "32")
+    assert again.exit_code != 0 and "image_max_side" in again.output and "--overwrite" in again.output
+    assert run_pack(corpus, out, "--image-max-side", "32", "--overwrite").exit_code == 0
+
+
+def test_min_and_max_size_skip_with_a_reason(corpus, tmp_path):
+    result = run_pack(corpus, tmp_path / "out", "--image-max-side", str(SIDE), "--min-size", "1000",
+                      "--max-size", "3000")
+    assert result.exit_code == 0, result.output
+    manifest = open_manifest(tmp_path / "out")
+    kept = {key for key, (width, height) in SIZES.items() if 1000 <= round_area(width, height) <= 3000}
+    assert kept == {"big/a", "big/b", "small/c"}  # big/a kept: 20,000 pixels before the resize, 2,048 after
+    assert set(manifest.keys()) == kept
+    skipped = {entry["path"]: entry["reason"] for entry in manifest.skipped}
+    assert set(skipped) == {f"{key}.{ext}" for key in set(SIZES) - kept for ext in ("jpg", "txt")}
+    assert "small/d.jpg" in skipped and "1,000" in skipped["small/d.jpg"]
+
+
+def round_area(width: int, height: int) -> int:
+    """The pixels of a (width, height) image after the resize to SIDE."""
+    longer = max(width, height)
+    if longer <= SIDE:
+        return width * height
+    return max(1, round(width * SIDE / longer)) * max(1, round(height * SIDE / longer))
+
+
+@pytest.mark.parametrize("args, message", [(["--min-size", "9", "--max-size", "3"], "at most max_size"),
+                                           (["--image-max-side", "8", "--size-fn", "os.path:getsize"], "--size-fn")])
+def test_bad_options_refused_before_any_work(corpus, tmp_path, args, message):
+    result = run_pack(corpus, tmp_path / "out", *args)
+    assert result.exit_code != 0 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_resumed_resized_pack_is_byte_identical(corpus, tmp_path, monkeypatch):
+    options = PackOptions(image_max_side=SIDE, order="keep", block_samples=1, shard_bytes=1, block_bytes=1)
+    pack(corpus, tmp_path / "whole", options, progress=False)
+    write_shard, written = pipeline.write_shard, []
+
+    def fail_after_first(task):  # a crash once one shard is finished: its record stays in .corgi-partial/
+        if written:
+            raise KeyboardInterrupt
+        written.append(task.shard)
+        return write_shard(task)
+
+    monkeypatch.setattr(pipeline, "write_shard", fail_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        pack(corpus, tmp_path / "resumed", options, progress=False)
+    monkeypatch.setattr(pipeline, "write_shard", write_shard)
+    pack(corpus, tmp_path / "resumed", options, progress=False)
+    names = sorted(path.name for path in (tmp_path / "whole").iterdir())
+    assert names == sorted(path.name for path in (tmp_path / "resumed").iterdir()) and len(names) > 4
+    for name in names:
+        if name.startswith("shard-"):
+            assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "resumed" / name).read_bytes(), name
+
+
+def test_pack_options_refuse_bad_values():
+    with pytest.raises(PackError, match="max_side"):
+        PackOptions(image_max_side=0)
