@@ -147,3 +147,17 @@ def test_a_resumed_resized_pack_is_byte_identical(corpus, tmp_path, monkeypatch)
 def test_pack_options_refuse_bad_values():
     with pytest.raises(PackError, match="max_side"):
         PackOptions(image_max_side=0)
+
+
+def test_an_image_that_cannot_be_resized_is_skipped_or_fatal_under_strict(corpus, tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    frames = [Image.new("RGB", (100, 80), color) for color in ("red", "blue")]
+    frames[0].save(source / "anim.gif", save_all=True, append_images=frames[1:])
+    write_image(source / "still.jpg", 100, 80)
+    assert run_pack(source, tmp_path / "out", "--image-max-side", str(SIDE)).exit_code == 0
+    manifest = open_manifest(tmp_path / "out")
+    assert manifest.keys() == ["still"]
+    assert [entry["path"] for entry in manifest.skipped] == ["anim.gif"] and "animated" in manifest.skipped[0]["reason"]
+    strict = run_pack(source, tmp_path / "strict", "--image-max-side", str(SIDE), "--strict")
+    assert strict.exit_code != 0 and "anim.gif" in strict.output and "animated" in strict.output
