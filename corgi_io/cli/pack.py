@@ -92,6 +92,11 @@ def check_dask_address(ctx, param, value):
                    "the new pixel count.")
 @click.option("--image-quality", type=click.IntRange(1, 100), default=90, show_default=True,
               help="JPEG/WebP quality of an image that --image-max-side re-encodes.")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False, resolve_path=True), metavar="FILE",
+              help="Preprocess at pack time: tokenise each sample's txt field with this local tokenizers JSON file "
+                   "into a tokens.npy field (uint16 or uint32 ids), the sample's primary field, sized by its token "
+                   "count. Needs corgi-io[text].")
+@click.option("--drop-text", is_flag=True, help="With --tokenizer: leave the txt field out of the pack.")
 @click.option("--min-size", type=click.IntRange(min=0), metavar="N",
               help="Skip (and record) a sample whose primary field's final size (pixels, frames, tokens) is below N.")
 @click.option("--max-size", type=click.IntRange(min=0), metavar="N",
@@ -104,7 +109,7 @@ def check_dask_address(ctx, param, value):
 @click.pass_context
 def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
                  order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, image_max_side, image_quality,
-                 min_size, max_size, strict, overwrite):
+                 tokenizer, drop_text, min_size, max_size, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT.
 
     In a folder, files that share a folder and a stem are one sample with one field per file
@@ -122,8 +127,8 @@ def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, 
                               block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn,
                               label_index=label_index, max_pixels=max_pixels or None, max_sample_bytes=max_sample_bytes,
                               primary=primary, require=tuple(name for name in require.split(",") if name),
-                              image_max_side=image_max_side, image_quality=image_quality, min_size=min_size,
-                              max_size=max_size)
+                              image_max_side=image_max_side, image_quality=image_quality, tokenizer=tokenizer,
+                              drop_text=drop_text, min_size=min_size, max_size=max_size)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)

@@ -52,6 +52,8 @@ class ShardTask:
     max_sample_bytes: int
     transforms: TransformChain = TransformChain()   # run on each sample after it is read (picklable)
     size_filter: SizeFilter | None = None           # then on its final primary size
+    primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
+    dropped: tuple = ()                             # the fields they remove
 
 
 def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
@@ -140,7 +142,8 @@ class _BlockEncoder:
                                                        names)
             if payload is None:
                 continue
-            record, data_offset = fmt.encode(key, extensions[ext], payload, label, size, extra)
+            record, data_offset = fmt.encode(key, self.task.primary_after or extensions[ext], payload, label, size,
+                                             extra)
             length = 0
             for part in record:
                 crc = checksum(part, crc)
@@ -179,15 +182,16 @@ class _BlockEncoder:
         """(primary bytes, final size, other fields) of the sample of `fields` (primary first) after the transforms
         and the size filter, or (None, None, None) when it is skipped: recorded against its primary file, and a
         BadInput is fatal under strict.  A measured size (a resized image's pixels) replaces the probed one."""
-        primary = next(iter(fields))
+        primary = self.task.primary_after or next(iter(fields))
+        expected = {primary, *fields} - set(self.task.dropped)  # the fields the manifest's mask will say
         try:
             sample = PackSample(key, label, fields)
             result = self.task.transforms(sample)
             if result:
                 fields, size = result.sample.fields, result.sizes.get(primary, size)
-                if list(fields) != list(sample.fields):
-                    raise BadInput(f"the transforms renamed, added or removed fields ({list(sample.fields)} -> "
-                                   f"{list(fields)}), which corgi pack does not support yet")
+                if set(fields) != expected:
+                    raise BadInput(f"the transforms made fields {list(fields)} of {list(sample.fields)}, where "
+                                   f"corgi pack expects {sorted(expected)} (a renamed field is not supported yet)")
                 result = self.task.size_filter and self.task.size_filter.check(key, size)
         except BadInput as exc:
             if self.task.strict:

@@ -26,12 +26,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from corgi_io.storage.atomic import temp_name
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
 from corgi_io.storage.locks import FolderLock
-from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
+from corgi_io.manifest import KINDS, MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover, warn
@@ -89,6 +91,8 @@ class Staged:
     extensions: tuple
     skipped: list        # inputs the walk skipped
     finished: dict       # {shard: ShardDone} of shards an earlier run finished
+    extensions_after: tuple  # the manifest's extensions: `extensions`, or the primary field the transforms make
+    rewrite: dict        # {table column: function} as the transforms change every sample's (columns.py)
 
 
 def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
@@ -156,11 +160,30 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
-    head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": corpus.field_names,
-            "max_fields": corpus.max_fields,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
+    fields, max_fields, extensions, rewrite = _fields_after(corpus, options)
+    head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": fields,
+            "max_fields": max_fields, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
-                  corpus.skipped, finished)
+                  corpus.skipped, finished, extensions, rewrite)
+
+
+def _fields_after(corpus, options: PackOptions) -> tuple:
+    """(field names, max_fields, extensions, {table column: function}) of the samples as the transforms leave them.
+
+    Without a transform that makes a new primary field, the walk's.  With --tokenizer every written
+    sample's primary field is ``tokens.npy`` (kind text; a sample without text is skipped in its task),
+    added to its field mask, and its text is taken out of the mask with --drop-text.
+    """
+    primary = options.primary_after()
+    if primary is None:
+        return corpus.field_names, corpus.max_fields, tuple(corpus.extensions), {}
+    names = list(dict.fromkeys([*corpus.field_names, primary]))
+    add = np.uint64(1 << names.index(primary))
+    drop = np.uint64(sum(1 << names.index(name) for name in options.dropped_fields() if name in names))
+    text = KINDS.index("text")
+    rewrite = {"ext": np.zeros_like, "kind": lambda kind: np.full_like(kind, text),
+               "fields": lambda masks: (masks | add) & ~drop}
+    return names, corpus.max_fields + 1 - len(options.dropped_fields()), (primary,), rewrite
 
 
 def _created():
@@ -180,7 +203,8 @@ def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, 
     tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
-                       strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter)
+                       strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter,
+                       options.primary_after(), options.dropped_fields())
              for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)
@@ -197,10 +221,10 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
     done = [records[shard] for shard in range(plan.num_shards)]
     columns = ManifestColumns(plan, staged.table, {shard: record_path(staged.partial, plan.shard_name(shard))
                                                    for shard in range(plan.num_shards)},
-                              [record.samples for record in done])
+                              [record.samples for record in done], staged.rewrite)
     starts = [0, *itertools.accumulate(record.samples for record in done)]
     head = dict(staged.head, shards=[{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
                                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
-    head["extensions"], head["checksum"] = list(staged.extensions) or [""], DEFAULT_CHECKSUM
+    head["extensions"], head["checksum"] = list(staged.extensions_after) or [""], DEFAULT_CHECKSUM
     head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
     save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys)

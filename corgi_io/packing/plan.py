@@ -15,7 +15,10 @@ from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 from corgi_io.packing.sample import check_field_name
-from corgi_io.packing.transforms import ImageResize, SizeFilter, TransformChain
+from corgi_io.packing.transforms import ImageResize, SizeFilter, Tokenize, TransformChain
+from corgi_io.packing.transforms.tokenize import TOKENS_FIELD
+
+TEXT_FIELD = "txt"  # the field --tokenizer tokenises
 
 ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
 NO_PIXEL_LIMIT = 1 << 62  # --max-pixels 0: the resize transform's header check never refuses
@@ -43,6 +46,8 @@ class PackOptions:
     image_quality: int = 90             # the JPEG/WebP quality of a resized image
     min_size: int | None = None         # skip a sample whose primary field's final size is outside [min, max]
     max_size: int | None = None
+    tokenizer: str | None = None        # a tokenizers JSON file: each sample's txt tokenised into tokens.npy, primary
+    drop_text: bool = False             # with tokenizer: leave the txt field out
 
     def __post_init__(self):
         """Refuse input limits that are not positive ints (max_pixels may be None: no limit), and field names that
@@ -60,15 +65,27 @@ class PackOptions:
                 raise PackError(f"{name} must be a positive int, not {value!r}")
         if self.size_fn and self.image_max_side is not None:
             raise PackError("--size-fn sizes the source file, which --image-max-side changes: use one or the other")
+        if self.drop_text and not self.tokenizer:
+            raise PackError("--drop-text drops the text that --tokenizer tokenises: give --tokenizer too")
         self.transforms()
         self.size_filter()
 
     def transforms(self) -> TransformChain:
         """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options."""
-        if self.image_max_side is None:
-            return TransformChain()
-        return TransformChain((ImageResize(self.image_max_side, "keep", self.image_quality,
-                                           self.max_pixels or NO_PIXEL_LIMIT),))
+        steps = []
+        if self.image_max_side is not None:
+            steps.append(ImageResize(self.image_max_side, "keep", self.image_quality, self.max_pixels or NO_PIXEL_LIMIT))
+        if self.tokenizer is not None:
+            steps.append(Tokenize(self.tokenizer, drop_text=self.drop_text))
+        return TransformChain(tuple(steps))
+
+    def primary_after(self) -> str | None:
+        """The primary field the transforms make (``tokens.npy`` with a tokenizer), or None: the walk's stays."""
+        return TOKENS_FIELD if self.tokenizer is not None else None
+
+    def dropped_fields(self) -> tuple:
+        """The fields the transforms remove from every sample (the tokenised text with drop_text)."""
+        return (TEXT_FIELD,) if self.drop_text else ()
 
     def size_filter(self) -> SizeFilter | None:
         """The filter on each sample's final primary size, or None without --min-size/--max-size."""

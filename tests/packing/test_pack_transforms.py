@@ -22,7 +22,7 @@ from helpers.corpus_factory import write_image
 
 SIDE = 64
 SIZES = {"big/a": (200, 100), "big/b": (90, 160), "small/c": (64, 40), "small/d": (30, 30)}  # key -> (w, h)
-CAPTIONS = {key: f"a picture of {key}".encode() for key in SIZES}
+CAPTIONS = {key: ("a picture" + " of it" * n).encode() for n, key in enumerate(SIZES)}  # 2, 4, 6, 8 words
 
 
 @pytest.fixture(scope="module")
@@ -161,3 +161,67 @@ def test_an_image_that_cannot_be_resized_is_skipped_or_fatal_under_strict(corpus
     assert [entry["path"] for entry in manifest.skipped] == ["anim.gif"] and "animated" in manifest.skipped[0]["reason"]
     strict = run_pack(source, tmp_path / "strict", "--image-max-side", str(SIDE), "--strict")
     assert strict.exit_code != 0 and "anim.gif" in strict.output and "animated" in strict.output
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory) -> Path:
+    """A word-level tokenizer trained here, offline, on the captions."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator([caption.decode() for caption in CAPTIONS.values()],
+                                  trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    path = tmp_path_factory.mktemp("tokenizer") / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def expected_ids(tokenizer_file: Path) -> dict:
+    """{key: token ids of its caption} with the tokenizer itself."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    return {key: tokenizer.encode(caption.decode(), add_special_tokens=False).ids for key, caption in CAPTIONS.items()}
+
+
+@pytest.mark.parametrize("fmt", ["wds", "tfrecord"])
+def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tmp_path, fmt):
+    from corgi_io.loaders import CorgiPileDataset
+
+    result = run_pack(corpus, tmp_path / "out", "--format", fmt, "--tokenizer", str(tokenizer_file))
+    assert result.exit_code == 0, result.output
+    ids, manifest = expected_ids(tokenizer_file), open_manifest(tmp_path / "out")
+    assert manifest.extensions == ["tokens.npy"] and set(manifest.fields) == {"jpg", "txt", "tokens.npy"}
+    assert dict(zip(manifest.keys(), manifest.samples.size.tolist())) == {key: len(ids[key]) for key in SIZES}
+    for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle="none", decode="tokens"):
+        assert sample["kind"] == "text" and sample["ext"] == "tokens.npy"
+        assert sample["data"].tolist() == ids[sample["key"]] and sample["txt"] == CAPTIONS[sample["key"]]
+        assert sample["jpg"] == (corpus / f"{sample['key']}.jpg").read_bytes()
+    if fmt == "wds":
+        urls = sorted(str(path) for path in (tmp_path / "out").glob("shard-*.tar"))
+        stock = {sample["__key__"]: sample["tokens.npy"].tolist()
+                 for sample in webdataset.WebDataset(urls, shardshuffle=False).decode()}
+        assert stock == ids
+
+
+def test_drop_text_and_a_changed_tokenizer_file(corpus, tokenizer_file, tmp_path):
+    from corgi_io.loaders import CorgiPileDataset
+
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_bytes(tokenizer_file.read_bytes())
+    out = tmp_path / "out"
+    assert run_pack(corpus, out, "--tokenizer", str(tokenizer), "--drop-text", "--max-size", "4").exit_code == 0
+    ids, manifest = expected_ids(tokenizer_file), open_manifest(out)
+    assert set(manifest.keys()) == {key for key in SIZES if len(ids[key]) <= 4} == {"big/a", "big/b"}
+    assert manifest.options["transforms"][0]["sha256"] and manifest.options["drop_text"]
+    for sample in CorgiPileDataset(out, seed=0, shuffle="none"):
+        assert "txt" not in sample and sample["fields"] == ["tokens.npy", "jpg"]
+    tokenizer.write_text(tokenizer.read_text().replace("[UNK]", "[UNKNOWN]"))
+    again = run_pack(corpus, out, "--tokenizer", str(tokenizer), "--drop-text", "--max-size", "4")
+    assert again.exit_code != 0 and "transforms" in again.output and "--overwrite" in again.output
+
+
+def test_drop_text_needs_a_tokenizer(corpus, tmp_path):
+    result = run_pack(corpus, tmp_path / "out", "--drop-text")
+    assert result.exit_code != 0 and "--tokenizer" in result.output and not (tmp_path / "out").exists()
