@@ -90,6 +90,9 @@ def check_dask_address(ctx, param, value):
               help="Preprocess at pack time: shrink every image field whose longer side is above N pixels to N "
                    "(aspect kept, same format; smaller images pass through byte for byte). The recorded size is "
                    "the new pixel count.")
+@click.option("--image-format", type=click.Choice(("keep", "jpeg", "webp")), default="keep", show_default=True,
+              help="With --image-max-side: re-encode every image not already in this format (and every resized "
+                   "one) as it, renaming its field (png -> jpg); keep: each image's own format.")
 @click.option("--image-quality", type=click.IntRange(1, 100), default=90, show_default=True,
               help="JPEG/WebP quality of an image that --image-max-side re-encodes.")
 @click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False, resolve_path=True), metavar="FILE",
@@ -108,8 +111,8 @@ def check_dask_address(ctx, param, value):
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 @click.pass_context
 def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
-                 order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, image_max_side, image_quality,
-                 tokenizer, drop_text, min_size, max_size, strict, overwrite):
+                 order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, image_max_side,
+                 image_format, image_quality, tokenizer, drop_text, min_size, max_size, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT.
 
     In a folder, files that share a folder and a stem are one sample with one field per file
@@ -127,7 +130,8 @@ def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, 
                               block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn,
                               label_index=label_index, max_pixels=max_pixels or None, max_sample_bytes=max_sample_bytes,
                               primary=primary, require=tuple(name for name in require.split(",") if name),
-                              image_max_side=image_max_side, image_quality=image_quality, tokenizer=tokenizer,
+                              image_max_side=image_max_side, image_format=image_format,
+                              image_quality=image_quality, tokenizer=tokenizer,
                               drop_text=drop_text, min_size=min_size, max_size=max_size)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,

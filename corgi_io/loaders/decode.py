@@ -1,7 +1,7 @@
 """Turning a sample's payload bytes into what training code wants.
 
-"pil" and "rgb" decode images, "text" UTF-8 text, "tokens" the ids of a ``.npy`` field, "video" a clip of frames (`VideoDecoder`,
-PyAV, in memory), and "auto" (`AutoDecoder`) picks one of those by the sample's `kind`, for
+"pil" and "rgb" decode images, "text" UTF-8 text, "tokens" the ids of a ``.npy`` field (`token_ids`),
+"video" a clip of frames (`VideoDecoder`, PyAV, in memory), and "auto" (`AutoDecoder`) picks one of those by the sample's `kind`, for
 packs that mix images, videos and texts.  A mapping from field name to any of those
 (``{"jpg": "rgb", "txt": "text"}``, `FieldDecoders`) decodes each named field of a sample, the
 primary one (``data``) included; fields it does not name stay bytes.  A built-in decoder of one kind has `name` and `kind`:

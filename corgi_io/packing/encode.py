@@ -54,6 +54,7 @@ class ShardTask:
     size_filter: SizeFilter | None = None           # then on its final primary size
     primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
     dropped: tuple = ()                             # the fields they remove
+    renames: tuple = ()                             # (field, its name after them) for each field they rename
 
 
 def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
@@ -125,6 +126,7 @@ class _BlockEncoder:
         self.size_fn = load_function(task.size_fn, "--size-fn") if task.size_fn else None
         self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
+        self.renames = dict(task.renames)
 
     def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
         """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
@@ -137,13 +139,13 @@ class _BlockEncoder:
             names = joined.split("\0")  # the sample's files, primary first
             paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
             payload, size, extra = self._read_sample(paths, KINDS[kind], names)
+            primary = extensions[ext]
             if payload is not None and (self.task.transforms.steps or self.task.size_filter):
-                payload, size, extra = self._transform(key, label, {extensions[ext]: payload, **dict(extra)}, size,
-                                                       names)
+                primary, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)}, size,
+                                                                names)
             if payload is None:
                 continue
-            record, data_offset = fmt.encode(key, self.task.primary_after or extensions[ext], payload, label, size,
-                                             extra)
+            record, data_offset = fmt.encode(key, primary, payload, label, size, extra)
             length = 0
             for part in record:
                 crc = checksum(part, crc)
@@ -179,11 +181,12 @@ class _BlockEncoder:
             self.skipped.append({"path": printable(other), "reason": f"its sample lost {printable(names[at])}"})
 
     def _transform(self, key: str, label: int, fields: dict, size: int, names: list) -> tuple:
-        """(primary bytes, final size, other fields) of the sample of `fields` (primary first) after the transforms
-        and the size filter, or (None, None, None) when it is skipped: recorded against its primary file, and a
+        """(primary field, its bytes, final size, other fields) of the sample of `fields` (primary first) after the
+        transforms and the size filter, or Nones when it is skipped: recorded against its primary file, and a
         BadInput is fatal under strict.  A measured size (a resized image's pixels) replaces the probed one."""
-        primary = self.task.primary_after or next(iter(fields))
-        expected = {primary, *fields} - set(self.task.dropped)  # the fields the manifest's mask will say
+        renames = self.renames
+        primary = self.task.primary_after or renames.get(next(iter(fields)), next(iter(fields)))
+        expected = {primary, *(renames.get(name, name) for name in fields)} - set(self.task.dropped)  # the manifest's
         try:
             sample = PackSample(key, label, fields)
             result = self.task.transforms(sample)
@@ -191,7 +194,7 @@ class _BlockEncoder:
                 fields, size = result.sample.fields, result.sizes.get(primary, size)
                 if set(fields) != expected:
                     raise BadInput(f"the transforms made fields {list(fields)} of {list(sample.fields)}, where "
-                                   f"corgi pack expects {sorted(expected)} (a renamed field is not supported yet)")
+                                   f"corgi pack expects {sorted(expected)}")
                 result = self.task.size_filter and self.task.size_filter.check(key, size)
         except BadInput as exc:
             if self.task.strict:
@@ -200,8 +203,8 @@ class _BlockEncoder:
         if result is not None:  # a Drop
             self.skipped.append({"path": printable(names[0]), "reason": result.reason})
             self._lost(names, 0)
-            return None, None, None
-        return fields[primary], size, [(name, value) for name, value in fields.items() if name != primary]
+            return None, None, None, None
+        return primary, fields[primary], size, [(name, value) for name, value in fields.items() if name != primary]
 
     def _read(self, path: str, kind: str | None, name: str) -> tuple:
         """(file bytes, size: None without a `kind` to probe), or (None, None) for a file that is skipped."""

@@ -93,6 +93,7 @@ class Staged:
     finished: dict       # {shard: ShardDone} of shards an earlier run finished
     extensions_after: tuple  # the manifest's extensions: `extensions`, or the primary field the transforms make
     rewrite: dict        # {table column: function} as the transforms change every sample's (columns.py)
+    renames: tuple       # (field, its name after the transforms) for each field they rename
 
 
 def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
@@ -160,30 +161,49 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
-    fields, max_fields, extensions, rewrite = _fields_after(corpus, options)
+    fields, max_fields, extensions, rewrite, renames = _fields_after(corpus, options)
     head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": fields,
             "max_fields": max_fields, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
-                  corpus.skipped, finished, extensions, rewrite)
+                  corpus.skipped, finished, extensions, rewrite, renames)
 
 
 def _fields_after(corpus, options: PackOptions) -> tuple:
-    """(field names, max_fields, extensions, {table column: function}) of the samples as the transforms leave them.
+    """(field names, max_fields, extensions, {table column: function}, renames) of the samples as the transforms
+    leave them; renames: (field, new name) for each field of the corpus they rename.
 
-    Without a transform that makes a new primary field, the walk's.  With --tokenizer every written
-    sample's primary field is ``tokens.npy`` (kind text; a sample without text is skipped in its task),
-    added to its field mask, and its text is taken out of the mask with --drop-text.
+    Without a transform that renames a field or makes a new primary one, the walk's.  --image-format
+    renames image fields re-encoded into it (``png`` -> ``jpg``: the mask's bit and the extension
+    move).  With --tokenizer every written sample's primary field is ``tokens.npy`` (kind text; a
+    sample without text is skipped in its task), added to its field mask, and its text is taken out
+    of the mask with --drop-text.  Column functions only: nothing per sample.
     """
+    walked = list(corpus.field_names)
+    renames = {name: options.renamed(name) for name in walked if options.renamed(name) != name}
     primary = options.primary_after()
-    if primary is None:
-        return corpus.field_names, corpus.max_fields, tuple(corpus.extensions), {}
-    names = list(dict.fromkeys([*corpus.field_names, primary]))
-    add = np.uint64(1 << names.index(primary))
+    if not renames and primary is None:
+        return walked, corpus.max_fields, tuple(corpus.extensions), {}, ()
+    names = list(dict.fromkeys([*(renames.get(name, name) for name in walked), *([primary] if primary else [])]))
+    moves = [(np.uint64(bit), np.uint64(names.index(renames.get(name, name)))) for bit, name in enumerate(walked)]
+    add = np.uint64(1 << names.index(primary)) if primary else np.uint64(0)
     drop = np.uint64(sum(1 << names.index(name) for name in options.dropped_fields() if name in names))
-    text = KINDS.index("text")
-    rewrite = {"ext": np.zeros_like, "kind": lambda kind: np.full_like(kind, text),
-               "fields": lambda masks: (masks | add) & ~drop}
-    return names, corpus.max_fields + 1 - len(options.dropped_fields()), (primary,), rewrite
+    one = np.uint64(1)
+
+    def masks_after(masks):
+        moved = np.zeros_like(masks)
+        for old, new in moves:
+            moved |= ((masks >> old) & one) << new
+        return (moved | add) & ~drop
+
+    rewrite = {"fields": masks_after}
+    if primary is not None:
+        text = KINDS.index("text")
+        rewrite.update(ext=np.zeros_like, kind=lambda kind: np.full_like(kind, text))
+        return names, corpus.max_fields + 1 - len(options.dropped_fields()), (primary,), rewrite, tuple(renames.items())
+    extensions = list(dict.fromkeys(renames.get(name, name) for name in corpus.extensions))
+    lookup = np.array([extensions.index(renames.get(name, name)) for name in corpus.extensions], dtype=np.int64)
+    rewrite["ext"] = lambda ext: lookup[ext].astype(ext.dtype)
+    return names, corpus.max_fields, tuple(extensions), rewrite, tuple(renames.items())
 
 
 def _created():
@@ -204,7 +224,7 @@ def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, 
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
                        strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter,
-                       options.primary_after(), options.dropped_fields())
+                       options.primary_after(), options.dropped_fields(), staged.renames)
              for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)

@@ -225,3 +225,34 @@ def test_drop_text_and_a_changed_tokenizer_file(corpus, tokenizer_file, tmp_path
 def test_drop_text_needs_a_tokenizer(corpus, tmp_path):
     result = run_pack(corpus, tmp_path / "out", "--drop-text")
     assert result.exit_code != 0 and "--tokenizer" in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt, image_format, field", [("wds", "jpeg", "jpg"), ("tfrecord", "webp", "webp")])
+def test_image_format_reencodes_and_renames_fields(tmp_path, fmt, image_format, field):
+    from corgi_io.loaders import CorgiPileDataset
+
+    source = tmp_path / "src"
+    sizes = {"p/big": (120, 60, "png"), "p/small": (20, 30, "png"), "j/small": (30, 20, "jpg")}
+    for key, (width, height, ext) in sizes.items():
+        write_image(source / f"{key}.{ext}", width, height)
+        (source / f"{key}.txt").write_bytes(key.encode())
+    result = run_pack(source, tmp_path / "out", "--format", fmt, "--image-max-side", "64", "--image-format",
+                      image_format)
+    assert result.exit_code == 0, result.output
+    manifest = open_manifest(tmp_path / "out")
+    assert manifest.extensions == [field] and set(manifest.fields) == {field, "txt"} and not manifest.skipped
+    for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle="none"):
+        width, height, ext = sizes[sample["key"]]
+        assert sample["ext"] == field and sample["fields"] == [field, "txt"] and sample["txt"] == sample["key"].encode()
+        image = Image.open(io.BytesIO(sample["data"]))
+        assert image.format == {"jpg": "JPEG", "webp": "WEBP"}[field] and max(image.size) == min(64, max(width, height))
+        assert sample["size"] == image.size[0] * image.size[1]
+        if ext == field:  # already small and in the format: byte for byte
+            assert sample["data"] == (source / f"{sample['key']}.{ext}").read_bytes()
+    if fmt == "wds":
+        assert {name for sample in stock_wds(tmp_path / "out").values() for name in sample} == {field, "txt", "cls"}
+
+
+def test_image_format_needs_image_max_side(corpus, tmp_path):
+    result = run_pack(corpus, tmp_path / "out", "--image-format", "webp")
+    assert result.exit_code != 0 and "--image-max-side" in result.output
