@@ -14,6 +14,7 @@ from corgi_io.formats import FORMATS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
+from corgi_io.packing.transforms.image import IMAGE_FORMATS
 from corgi_io.report.stats import counted
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -90,7 +91,7 @@ def check_dask_address(ctx, param, value):
               help="Preprocess at pack time: shrink every image field whose longer side is above N pixels to N "
                    "(aspect kept, same format; smaller images pass through byte for byte). The recorded size is "
                    "the new pixel count.")
-@click.option("--image-format", type=click.Choice(("keep", "jpeg", "webp")), default="keep", show_default=True,
+@click.option("--image-format", type=click.Choice(tuple(IMAGE_FORMATS)), default="keep", show_default=True,
               help="With --image-max-side: re-encode every image not already in this format (and every resized "
                    "one) as it, renaming its field (png -> jpg); keep: each image's own format.")
 @click.option("--image-quality", type=click.IntRange(1, 100), default=90, show_default=True,
