@@ -185,11 +185,12 @@ def expected_ids(tokenizer_file: Path) -> dict:
     return {key: tokenizer.encode(caption.decode(), add_special_tokens=False).ids for key, caption in CAPTIONS.items()}
 
 
-@pytest.mark.parametrize("fmt", ["wds", "tfrecord"])
-def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tmp_path, fmt):
+@pytest.mark.parametrize("fmt, workers", [("wds", "1"), ("tfrecord", "2")])  # 2: the tokenizer goes to a pool
+def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tmp_path, fmt, workers):
     from corgi_io.loaders import CorgiPileDataset
 
-    result = run_pack(corpus, tmp_path / "out", "--format", fmt, "--tokenizer", str(tokenizer_file))
+    result = run_pack(corpus, tmp_path / "out", "--format", fmt, "--tokenizer", str(tokenizer_file), "--workers",
+                      workers, "--block-samples", "1", "--shard-bytes", "1")
     assert result.exit_code == 0, result.output
     ids, manifest = expected_ids(tokenizer_file), open_manifest(tmp_path / "out")
     assert manifest.extensions == ["tokens.npy"] and set(manifest.fields) == {"jpg", "txt", "tokens.npy"}
