@@ -14,6 +14,7 @@ from corgi_io.formats import FORMATS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
+from corgi_io.packing.transforms.image import IMAGE_FORMATS
 from corgi_io.report.stats import counted
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -86,6 +87,24 @@ def check_dask_address(ctx, param, value):
                    "default limit. 0: no limit.")
 @click.option("--max-sample-bytes", type=ByteSize(), default=DEFAULT_MAX_SAMPLE_BYTES, show_default="2GiB",
               help="Skip a file larger than this, without reading it.")
+@click.option("--image-max-side", type=click.IntRange(min=1), metavar="N",
+              help="Preprocess at pack time: shrink every image field whose longer side is above N pixels to N "
+                   "(aspect kept, same format; smaller images pass through byte for byte). The recorded size is "
+                   "the new pixel count.")
+@click.option("--image-format", type=click.Choice(tuple(IMAGE_FORMATS)), default="keep", show_default=True,
+              help="With --image-max-side: re-encode every image not already in this format (and every resized "
+                   "one) as it, renaming its field (png -> jpg); keep: each image's own format.")
+@click.option("--image-quality", type=click.IntRange(1, 100), default=90, show_default=True,
+              help="JPEG/WebP quality of an image that --image-max-side re-encodes.")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False, resolve_path=True), metavar="FILE",
+              help="Preprocess at pack time: tokenise each sample's txt field with this local tokenizers JSON file "
+                   "into a tokens.npy field (uint16 or uint32 ids), the sample's primary field, sized by its token "
+                   "count. Needs corgi-io[text].")
+@click.option("--drop-text", is_flag=True, help="With --tokenizer: leave the txt field out of the pack.")
+@click.option("--min-size", type=click.IntRange(min=0), metavar="N",
+              help="Skip (and record) a sample whose primary field's final size (pixels, frames, tokens) is below N.")
+@click.option("--max-size", type=click.IntRange(min=0), metavar="N",
+              help="Skip (and record) a sample whose primary field's final size is above N.")
 @click.option("--strict", is_flag=True,
               help="Fail on the first input that cannot be packed (missing, unreadable, not a regular file, corrupt, "
                    "above --max-pixels or --max-sample-bytes, or a listing row whose key breaks the key rule) "
@@ -93,7 +112,8 @@ def check_dask_address(ctx, param, value):
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 @click.pass_context
 def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
-                 order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, strict, overwrite):
+                 order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, image_max_side,
+                 image_format, image_quality, tokenizer, drop_text, min_size, max_size, strict, overwrite):
     """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT.
 
     In a folder, files that share a folder and a stem are one sample with one field per file
@@ -106,11 +126,15 @@ def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, 
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
-    with one_line_errors(), _dask_client(dask_address) as client:
+    with one_line_errors():  # bad options fail before a cluster starts
         options = PackOptions(format=fmt, kind=kind, order=order, seed=seed, block_samples=block_samples,
                               block_bytes=block_bytes, shard_bytes=shard_bytes, size_fn=size_fn,
                               label_index=label_index, max_pixels=max_pixels or None, max_sample_bytes=max_sample_bytes,
-                              primary=primary, require=tuple(name for name in require.split(",") if name))
+                              primary=primary, require=tuple(name for name in require.split(",") if name),
+                              image_max_side=image_max_side, image_format=image_format,
+                              image_quality=image_quality, tokenizer=tokenizer,
+                              drop_text=drop_text, min_size=min_size, max_size=max_size)
+    with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "

@@ -1,7 +1,7 @@
 """Turning a sample's payload bytes into what training code wants.
 
-"pil" and "rgb" decode images, "text" UTF-8 text, "video" a clip of frames (`VideoDecoder`,
-PyAV, in memory), and "auto" (`AutoDecoder`) picks one of those by the sample's `kind`, for
+"pil" and "rgb" decode images, "text" UTF-8 text, "tokens" the ids of a ``.npy`` field (`token_ids`),
+"video" a clip of frames (`VideoDecoder`, PyAV, in memory), and "auto" (`AutoDecoder`) picks one of those by the sample's `kind`, for
 packs that mix images, videos and texts.  A mapping from field name to any of those
 (``{"jpg": "rgb", "txt": "text"}``, `FieldDecoders`) decodes each named field of a sample, the
 primary one (``data``) included; fields it does not name stay bytes.  A built-in decoder of one kind has `name` and `kind`:
@@ -31,7 +31,7 @@ from corgi_io.manifest import DEFAULT_MAX_PIXELS  # Pillow's decompression-bomb 
 
 from corgi_io.loaders.video import VideoDecoder
 
-NAMES = ["auto", "pil", "rgb", "text", "video"]
+NAMES = ["auto", "pil", "rgb", "text", "tokens", "video"]
 
 
 def _open_unchecked(data: bytes):
@@ -70,6 +70,19 @@ def open_image(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Imag
 def rgb_tensor(image: Image.Image) -> torch.Tensor:
     """A decoded image as a uint8 (H, W, 3) tensor."""
     return torch.from_numpy(np.array(image, dtype=np.uint8))
+
+
+def token_ids(data, sample: dict) -> torch.Tensor:
+    """decode="tokens": the token ids of a ``.npy`` field (a 1-D integer array, as the pack-time tokenizer
+    writes ``tokens.npy``) as an int64 tensor; read with allow_pickle=False, so a pickled array is refused."""
+    try:
+        ids = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:  # what np.load raises for bytes that are not a .npy array
+        raise DecodeError(f"sample {sample['key']!r}: not a .npy array of token ids ({exc})") from None
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise DecodeError(f"sample {sample['key']!r}: token ids must be a 1-D integer array, got {ids.dtype} "
+                          f"of shape {ids.shape}")
+    return torch.from_numpy(ids.astype(np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +140,7 @@ class FieldDecoders:
 def get_decoder(decode, max_pixels: int | None = DEFAULT_MAX_PIXELS):
     """None (raw bytes), 'pil' (RGB PIL image), 'rgb' (uint8 HxWx3 tensor), 'text' (str),
     'video' (uint8 TxHxWx3 tensor of 8 frames: `VideoDecoder`), 'auto' (by kind: `AutoDecoder`),
+    'tokens' (an int64 tensor of the ids in a ``.npy`` field: `token_ids`),
     or a callable(data, sample), such as `VideoDecoder(frames=16, clip="random")`; or a mapping from field
     name to any of those (`FieldDecoders`).
 
@@ -143,6 +157,8 @@ def get_decoder(decode, max_pixels: int | None = DEFAULT_MAX_PIXELS):
         return VideoDecoder(max_pixels=max_pixels)
     if decode == "auto":
         return AutoDecoder(VideoDecoder(max_pixels=max_pixels), max_pixels)
+    if decode == "tokens":
+        return token_ids
     if decode not in NAMES:
         raise ArgumentError(f"decode must be None, a callable, or one of {NAMES}, got {decode!r}")
     return KindDecoder(decode, max_pixels)

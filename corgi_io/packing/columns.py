@@ -1,7 +1,8 @@
 """The manifest's columns, built last from the shard records and the pack-order table, one at a time.
 
 A written sample is known by its position (its row in the pack-order table): its label, kind,
-extension, field mask and key come from the table, its offsets, primary payload bytes, size and
+extension, field mask and key come from the table (the first three as the pack-time transforms change
+every sample's: `rewrite`), its offsets, primary payload bytes, size and
 checksum from its shard's record.  Each per-sample column is a `LazyColumn`, built when `save_manifest` writes it
 and dropped right after, and the keys are gathered last, so the driver holds the written positions
 and either one column or the keys, however large the pack.
@@ -32,8 +33,8 @@ class LazyColumn:
 class ManifestColumns:
     """Samples, blocks and keys of a finished pack, from `records` ({shard: record path}, every shard) and `plan`."""
 
-    def __init__(self, plan, table, records: dict, counts: list):
-        self.plan, self.table, self.counts = plan, table, counts
+    def __init__(self, plan, table, records: dict, counts: list, rewrite: dict | None = None):
+        self.plan, self.table, self.counts, self.rewrite = plan, table, counts, rewrite or {}
         self.paths = [records[shard] for shard in range(plan.num_shards)]
         self.positions = self.from_records("position")
 
@@ -50,7 +51,9 @@ class ManifestColumns:
         return np.repeat(np.arange(len(self.counts), dtype=np.int32), self.counts)
 
     def from_table(self, field: str) -> np.ndarray:
-        return gather_column(self.table, field, self.positions, self.plan.num_samples)
+        """Table field `field` of every written sample, in manifest order, as the transforms left it (`rewrite`)."""
+        column = gather_column(self.table, field, self.positions, self.plan.num_samples)
+        return self.rewrite[field](column) if field in self.rewrite else column
 
     def samples(self, built=None) -> dict:
         """{manifest column: LazyColumn}; `built()` is called as each one is built."""

@@ -2,7 +2,7 @@
 
 A `ShardTask` is a few numbers and paths: the task reads its samples' rows from the pack-order
 table (table.py), then for each block reads the files (all the fields of each sample), probes the
-primary fields' sizes, encodes the records,
+primary fields' sizes, runs the pack-time transforms and the size filter, encodes the records,
 and appends them to the shard, which it fsyncs, records and renames into place (shard_file.py).
 It returns only a `ShardDone`.  The same function runs in this process, in a local process pool,
 or on any worker that sees OUTPUT (a shared file system), so the bytes never depend on where.
@@ -26,6 +26,8 @@ from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.user_code import load_function
 from corgi_io.packing.table import Table, read_rows
+from corgi_io.packing.sample import PackSample
+from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
 from corgi_io.packing.walk import field_name, printable
 
 ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
@@ -48,6 +50,11 @@ class ShardTask:
     strict: bool
     max_pixels: int | None   # PackOptions' input limits
     max_sample_bytes: int
+    transforms: TransformChain = TransformChain()   # run on each sample after it is read (picklable)
+    size_filter: SizeFilter | None = None           # then on its final primary size
+    primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
+    dropped: tuple = ()                             # the fields they remove
+    renames: tuple = ()                             # (field, its name after them) for each field they rename
 
 
 def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
@@ -119,6 +126,7 @@ class _BlockEncoder:
         self.size_fn = load_function(task.size_fn, "--size-fn") if task.size_fn else None
         self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
+        self.renames = dict(task.renames)
 
     def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
         """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
@@ -131,9 +139,13 @@ class _BlockEncoder:
             names = joined.split("\0")  # the sample's files, primary first
             paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
             payload, size, extra = self._read_sample(paths, KINDS[kind], names)
+            primary = extensions[ext]
+            if payload is not None and (self.task.transforms.steps or self.task.size_filter):
+                primary, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)}, size,
+                                                                names)
             if payload is None:
                 continue
-            record, data_offset = fmt.encode(key, extensions[ext], payload, label, size, extra)
+            record, data_offset = fmt.encode(key, primary, payload, label, size, extra)
             length = 0
             for part in record:
                 crc = checksum(part, crc)
@@ -157,12 +169,42 @@ class _BlockEncoder:
         for at, (path, name) in enumerate(zip(paths, names)):
             payload, size = self._read(path, kind if at == 0 else None, name)
             if payload is None:
-                for other in names[:at] + names[at + 1:]:
-                    self.skipped.append({"path": printable(other), "reason": f"its sample lost {printable(name)}"})
+                self._lost(names, at)
                 return None, None, None
             values.append((payload, size))
         return values[0][0], values[0][1], [(field_name(name), payload) for name, (payload, _) in
                                             zip(names[1:], values[1:])]
+
+    def _lost(self, names: list, at: int) -> None:
+        """Record the files of a skipped sample other than names[at], the one whose skip is recorded already."""
+        for other in names[:at] + names[at + 1:]:
+            self.skipped.append({"path": printable(other), "reason": f"its sample lost {printable(names[at])}"})
+
+    def _transform(self, key: str, label: int, fields: dict, size: int, names: list) -> tuple:
+        """(primary field, its bytes, final size, other fields) of the sample of `fields` (primary first) after the
+        transforms and the size filter, or Nones when it is skipped: recorded against its primary file, and a
+        BadInput is fatal under strict.  A measured size (a resized image's pixels) replaces the probed one."""
+        renames = self.renames
+        primary = self.task.primary_after or renames.get(next(iter(fields)), next(iter(fields)))
+        expected = {primary, *(renames.get(name, name) for name in fields)} - set(self.task.dropped)  # the manifest's
+        try:
+            sample = PackSample(key, label, fields)
+            result = self.task.transforms(sample)
+            if result:
+                fields, size = result.sample.fields, result.sizes.get(primary, size)
+                if set(fields) != expected:
+                    raise BadInput(f"the transforms made fields {list(fields)} of {list(sample.fields)}, where "
+                                   f"corgi pack expects {sorted(expected)}")
+                result = self.task.size_filter and self.task.size_filter.check(key, size)
+        except BadInput as exc:
+            if self.task.strict:
+                raise PackError(f"{printable(names[0])}: {exc}") from None
+            result = Drop(key, str(exc))
+        if result is not None:  # a Drop
+            self.skipped.append({"path": printable(names[0]), "reason": result.reason})
+            self._lost(names, 0)
+            return None, None, None, None
+        return primary, fields[primary], size, [(name, value) for name, value in fields.items() if name != primary]
 
     def _read(self, path: str, kind: str | None, name: str) -> tuple:
         """(file bytes, size: None without a `kind` to probe), or (None, None) for a file that is skipped."""

@@ -7,7 +7,8 @@
    earlier run (their records in ``OUTPUT/.corgi-partial/``) are taken out of it.
 3. The driver writes the samples in pack order to a table in the partial folder (table.py) and
    lets go of the corpus; each shard still to write becomes a `ShardTask` of a few numbers.
-4. An executor runs `encode.write_shard` over the tasks: each reads its files, encodes, writes and
+4. An executor runs `encode.write_shard` over the tasks: each reads its files, runs the pack-time
+   transforms and size filter on each sample (`PackOptions.transforms`), encodes, writes and
    fsyncs its whole shard into OUTPUT, saves its record and renames the shard into place.
 5. The manifest is built from the records and the table, a column at a time (columns.py), and
    written last; then the partial folder goes.
@@ -25,12 +26,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from corgi_io.storage.atomic import temp_name
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
 from corgi_io.storage.locks import FolderLock
-from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
+from corgi_io.manifest import KINDS, MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover
@@ -89,6 +92,9 @@ class Staged:
     extensions: tuple
     skipped: list        # inputs the walk skipped
     finished: dict       # {shard: ShardDone} of shards an earlier run finished
+    extensions_after: tuple  # the manifest's extensions: `extensions`, or the primary field the transforms make
+    rewrite: dict        # {table column: function} as the transforms change every sample's (columns.py)
+    renames: tuple       # (field, its name after the transforms) for each field they rename
 
 
 def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
@@ -134,7 +140,8 @@ def _walk_and_plan(source: Path, output: Path, options: PackOptions, fmt, displa
                       max_sample_bytes=options.max_sample_bytes, primary=options.primary, require=options.require)
     try:
         identity = json.loads(json.dumps(dict(asdict(options), source=str(source.resolve()),
-                                              manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint)))
+                                              manifest_version=MANIFEST_VERSION, corpus=corpus.fingerprint,
+                                              transforms=options.transforms().options())))
         if claim_output(output, identity, overwrite):
             return None
         return _stage(corpus, options, fmt, output, open_partial(output, identity), identity, display)
@@ -155,11 +162,49 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
-    head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": corpus.field_names,
-            "max_fields": corpus.max_fields,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
+    fields, max_fields, extensions, rewrite, renames = _fields_after(corpus, options)
+    head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": fields,
+            "max_fields": max_fields, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
-                  corpus.skipped, finished)
+                  corpus.skipped, finished, extensions, rewrite, renames)
+
+
+def _fields_after(corpus, options: PackOptions) -> tuple:
+    """(field names, max_fields, extensions, {table column: function}, renames) of the samples as the transforms
+    leave them; renames: (field, new name) for each field of the corpus they rename.
+
+    Without a transform that renames a field or makes a new primary one, the walk's.  --image-format
+    renames image fields re-encoded into it (``png`` -> ``jpg``: the mask's bit and the extension
+    move).  With --tokenizer every written sample's primary field is ``tokens.npy`` (kind text; a
+    sample without text is skipped in its task), added to its field mask, and its text is taken out
+    of the mask with --drop-text.  Column functions only: nothing per sample.
+    """
+    walked = list(corpus.field_names)
+    renames = {name: options.renamed(name) for name in walked if options.renamed(name) != name}
+    primary = options.primary_after()
+    if not renames and primary is None:
+        return walked, corpus.max_fields, tuple(corpus.extensions), {}, ()
+    names = list(dict.fromkeys([*(renames.get(name, name) for name in walked), *([primary] if primary else [])]))
+    moves = [(np.uint64(bit), np.uint64(names.index(renames.get(name, name)))) for bit, name in enumerate(walked)]
+    add = np.uint64(1 << names.index(primary)) if primary else np.uint64(0)
+    drop = np.uint64(sum(1 << names.index(name) for name in options.dropped_fields() if name in names))
+    one = np.uint64(1)
+
+    def masks_after(masks):
+        moved = np.zeros_like(masks)
+        for old, new in moves:
+            moved |= ((masks >> old) & one) << new
+        return (moved | add) & ~drop
+
+    rewrite = {"fields": masks_after}
+    if primary is not None:
+        text = KINDS.index("text")
+        rewrite.update(ext=np.zeros_like, kind=lambda kind: np.full_like(kind, text))
+        return names, corpus.max_fields + 1 - len(options.dropped_fields()), (primary,), rewrite, tuple(renames.items())
+    extensions = list(dict.fromkeys(renames.get(name, name) for name in corpus.extensions))
+    lookup = np.array([extensions.index(renames.get(name, name)) for name in corpus.extensions], dtype=np.int64)
+    rewrite["ext"] = lambda ext: lookup[ext].astype(ext.dtype)
+    return names, corpus.max_fields, tuple(extensions), rewrite, tuple(renames.items())
 
 
 def _created():
@@ -175,11 +220,13 @@ def _created():
 
 def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, display) -> dict:
     """Run a ShardTask per shard still to write; returns {shard: ShardDone} for every shard, earlier ones too."""
-    plan = staged.plan
+    plan, transforms, size_filter = staged.plan, options.transforms(), options.size_filter()
     tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
-                       strict, options.max_pixels, options.max_sample_bytes) for shard in plan.todo)
+                       strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter,
+                       options.primary_after(), options.dropped_fields(), staged.renames)
+             for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)
     for done in executor.run(write_shard, tasks, display.advance):
@@ -195,10 +242,10 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
     done = [records[shard] for shard in range(plan.num_shards)]
     columns = ManifestColumns(plan, staged.table, {shard: record_path(staged.partial, plan.shard_name(shard))
                                                    for shard in range(plan.num_shards)},
-                              [record.samples for record in done])
+                              [record.samples for record in done], staged.rewrite)
     starts = [0, *itertools.accumulate(record.samples for record in done)]
     head = dict(staged.head, shards=[{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
                                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
-    head["extensions"], head["checksum"] = list(staged.extensions) or [""], DEFAULT_CHECKSUM
+    head["extensions"], head["checksum"] = list(staged.extensions_after) or [""], DEFAULT_CHECKSUM
     head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
     save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys)

@@ -15,8 +15,14 @@ from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 from corgi_io.packing.sample import check_field_name
+from corgi_io.packing.transforms import ImageResize, SizeFilter, Tokenize, TransformChain
+from corgi_io.packing.transforms.image import renamed_field
+from corgi_io.packing.transforms.tokenize import TOKENS_FIELD
+
+TEXT_FIELD = "txt"  # the field --tokenizer tokenises
 
 ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
+NO_PIXEL_LIMIT = 1 << 62  # --max-pixels 0: the resize transform's header check never refuses
 DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 
 
@@ -37,6 +43,13 @@ class PackOptions:
     max_sample_bytes: int = DEFAULT_MAX_SAMPLE_BYTES   # a larger file is skipped, unread
     primary: str | None = None   # the primary field's name; None: the first image field, else video, else text
     require: tuple = ()          # fields every sample must have (one without them is skipped)
+    image_max_side: int | None = None   # pack-time preprocessing (docs/format.md): resize larger images
+    image_format: str = "keep"          # re-encode resized images (and images of other formats) as jpeg or webp
+    image_quality: int = 90             # the JPEG/WebP quality of a resized image
+    min_size: int | None = None         # skip a sample whose primary field's final size is outside [min, max]
+    max_size: int | None = None
+    tokenizer: str | None = None        # a tokenizers JSON file: each sample's txt tokenised into tokens.npy, primary
+    drop_text: bool = False             # with tokenizer: leave the txt field out
 
     def __post_init__(self):
         """Refuse input limits that are not positive ints (max_pixels may be None: no limit), and field names that
@@ -52,6 +65,42 @@ class PackOptions:
         for name, value in limits.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PackError(f"{name} must be a positive int, not {value!r}")
+        if self.size_fn and self.image_max_side is not None:
+            raise PackError("--size-fn sizes the source file, which --image-max-side changes: use one or the other")
+        if self.image_format != "keep" and self.image_max_side is None:
+            raise PackError("--image-format re-encodes the images that --image-max-side resizes: give it too")
+        if self.drop_text and not self.tokenizer:
+            raise PackError("--drop-text drops the text that --tokenizer tokenises: give --tokenizer too")
+        self.transforms()
+        self.size_filter()
+
+    def transforms(self) -> TransformChain:
+        """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options."""
+        steps = []
+        if self.image_max_side is not None:
+            steps.append(ImageResize(self.image_max_side, self.image_format, self.image_quality,
+                                     self.max_pixels or NO_PIXEL_LIMIT))
+        if self.tokenizer is not None:
+            steps.append(Tokenize(self.tokenizer, drop_text=self.drop_text))
+        return TransformChain(tuple(steps))
+
+    def primary_after(self) -> str | None:
+        """The primary field the transforms make (``tokens.npy`` with a tokenizer), or None: the walk's stays."""
+        return TOKENS_FIELD if self.tokenizer is not None else None
+
+    def renamed(self, name: str) -> str:
+        """The name field `name` has after the transforms (an image re-encoded by --image-format is renamed for it)."""
+        return name if self.image_max_side is None else renamed_field(name, self.image_format)
+
+    def dropped_fields(self) -> tuple:
+        """The fields the transforms remove from every sample (the tokenised text with drop_text)."""
+        return (TEXT_FIELD,) if self.drop_text else ()
+
+    def size_filter(self) -> SizeFilter | None:
+        """The filter on each sample's final primary size, or None without --min-size/--max-size."""
+        if self.min_size is None and self.max_size is None:
+            return None
+        return SizeFilter(self.min_size, self.max_size)
 
 
 @dataclass(frozen=True, eq=False)

@@ -146,6 +146,14 @@ def _plain_mode(image):
     return image.convert("RGBA" if alpha else "RGB")
 
 
+def renamed_field(name: str, format: str) -> str:
+    """The name of field `name` after `ImageResize` with `format`: an image field re-encoded as "jpeg" or "webp"
+    is renamed for it (``png`` -> ``jpg``); other fields, and every field with "keep", keep their names."""
+    if IMAGE_FORMATS[format] is None or field_kind(name) != "image":
+        return name
+    return _field_name(name, IMAGE_FORMATS[format][0])
+
+
 def _field_name(name: str, out_format: str) -> str:
     """The field's name for an image now in `out_format`: its last extension replaced unless it already fits."""
     stem, _, extension = name.rpartition(".")
