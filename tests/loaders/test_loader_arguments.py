@@ -68,7 +68,7 @@ BAD_ARGUMENTS = [
     ({"transform": "resize"}, "transform must be a callable or None, got 'resize'"),
     ({"collate_fn": None, "batch_size": 2}, "collate_fn must be a callable, got None"),
     ({"shuffle": "random"}, "shuffle must be one of ('corgipile', 'block', 'none', 'window', 'full'), got 'random'"),
-    ({"decode": "jpeg"}, "decode must be None, a callable, or one of ['auto', 'pil', 'rgb', 'text', 'video'], "
+    ({"decode": "jpeg"}, "decode must be None, a callable, or one of ['auto', 'pil', 'rgb', 'text', 'tokens', 'video'], "
                          "got 'jpeg'"),
     ({"on_error": "ignore"}, "on_error must be one of ('raise', 'skip'), got 'ignore'"),
     ({"on_error": "skip"}, "on_error='skip' needs batch_size=: a skipped sample leaves its batch one sample shorter, "
