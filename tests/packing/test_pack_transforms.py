@@ -185,7 +185,7 @@ def expected_ids(tokenizer_file: Path) -> dict:
     return {key: tokenizer.encode(caption.decode(), add_special_tokens=False).ids for key, caption in CAPTIONS.items()}
 
 
-@pytest.mark.parametrize("fmt, workers", [("wds", "1"), ("tfrecord", "2")])  # 2: the tokenizer goes to a pool
+@pytest.mark.parametrize("fmt, workers", [("wds", "1"), pytest.param("tfrecord", "2", marks=pytest.mark.slow)])  # 2: a pool
 def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tmp_path, fmt, workers):
     from corgi_io.loaders import CorgiPileDataset
 
