@@ -1,15 +1,37 @@
 """Shared fixtures. HTTP: one real nginx per test session (see tests/http_server.py)."""
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers.http_server import NginxServer, nginx_binary  # noqa: E402
+
+
+@pytest.fixture
+def write_user_module(tmp_path, monkeypatch):
+    """`write_user_module(name, source)` writes user code (a --size-fn, a --map function) as module `name` in
+    a folder on this process's sys.path, and returns the folder (for a subprocess's PYTHONPATH).  The modules
+    are forgotten afterwards, so the next test imports its own."""
+    folder, written = tmp_path / "user-modules", []
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(name: str, source: str) -> Path:
+        (folder / f"{name}.py").write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()
+        written.append(name)
+        return folder
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
 
 
 def require_nginx() -> None:

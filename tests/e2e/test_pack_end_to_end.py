@@ -317,11 +317,9 @@ def test_size_fn_in_subprocess_with_workers(tmp_path, mixed_corpus):
     assert m.options["size_fn"] == "corgi_test_sizes:bytes_plus_one"
 
 
-def test_size_fn_bad_results_skip_the_file(tmp_path, mixed_corpus, corgi, monkeypatch):
+def test_size_fn_bad_results_skip_the_file(tmp_path, mixed_corpus, corgi, write_user_module):
     root, expected = mixed_corpus
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "corgi_test_sizes2.py").write_text(SIZE_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    write_user_module("corgi_test_sizes2", SIZE_MODULE)
     out = tmp_path / "out"
     result = corgi("pack", root, out, "--workers", "1", "--size-fn", "corgi_test_sizes2:negative_for_text")
     assert result.exit_code == 0, result.output

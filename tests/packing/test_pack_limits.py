@@ -140,10 +140,8 @@ def test_max_pixels_is_part_of_the_pack_identity(bomb_corpus, tmp_path, corgi):
 SIZE_MODULE = "def one(path):\n    return 1\n"
 
 
-def test_a_size_function_does_not_lift_the_pixel_limit(bomb_corpus, tmp_path, corgi, monkeypatch):
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "corgi_test_limit_sizes.py").write_text(SIZE_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+def test_a_size_function_does_not_lift_the_pixel_limit(bomb_corpus, tmp_path, corgi, write_user_module):
+    write_user_module("corgi_test_limit_sizes", SIZE_MODULE)
     result = corgi("pack", bomb_corpus, tmp_path / "out", "--workers", "1", "--size-fn", "corgi_test_limit_sizes:one")
     assert result.exit_code == 0, result.output
     m = open_manifest(tmp_path / "out")

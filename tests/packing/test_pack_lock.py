@@ -49,13 +49,10 @@ def source(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def gated(tmp_path, monkeypatch):
+def gated(tmp_path, monkeypatch, write_user_module):
     """(environment for `corgi pack` subprocesses whose --size-fn waits for the gate, the gate file); the size
     function is importable in this process too, and SOURCE_DATE_EPOCH is set for both."""
-    mods = tmp_path / "mods"
-    mods.mkdir()
-    (mods / "corgi_test_gated_sizes.py").write_text(GATED_SIZES)
-    monkeypatch.syspath_prepend(mods)
+    mods = write_user_module("corgi_test_gated_sizes", GATED_SIZES)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
     path = os.pathsep.join(filter(None, [str(mods), os.environ.get("PYTHONPATH")]))
     gate = tmp_path / "gate"

@@ -7,8 +7,6 @@ import io
 import json
 import multiprocessing
 import pickle
-import sys
-import textwrap
 
 import pytest
 from PIL import Image
@@ -36,11 +34,10 @@ def fail(fields, key):
 
 
 @pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    (tmp_path / "corgi_chain_fns.py").write_text(textwrap.dedent(USER_MODULE))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "corgi_chain_fns"
-    sys.modules.pop("corgi_chain_fns", None)
+def user_module(write_user_module):
+    """The module `corgi_chain_fns`, importable here."""
+    write_user_module("corgi_chain_fns", USER_MODULE)
+    return "corgi_chain_fns"
 
 
 @pytest.fixture

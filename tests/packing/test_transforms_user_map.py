@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import pickle
-import sys
-import textwrap
 
 import pytest
 
@@ -49,12 +47,10 @@ NOT_CALLABLE = 3
 
 
 @pytest.fixture
-def user_module(tmp_path, monkeypatch):
-    """The module `corgi_user_map_fns`, importable from a folder on sys.path."""
-    (tmp_path / "corgi_user_map_fns.py").write_text(textwrap.dedent(USER_MODULE))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "corgi_user_map_fns"
-    sys.modules.pop("corgi_user_map_fns", None)
+def user_module(write_user_module):
+    """The module `corgi_user_map_fns`, importable here."""
+    write_user_module("corgi_user_map_fns", USER_MODULE)
+    return "corgi_user_map_fns"
 
 
 SAMPLE = PackSample("7", 4, {"txt": b"a corgi", "cls": b"4"})
