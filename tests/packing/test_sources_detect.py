@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
-from corgi_io.packing.sources import Unit, check_label, check_mapping, checked_key, detect, skip_or_raise, units
+from corgi_io.packing.sources import Unit, check_label, check_field_mapping, checked_key, detect, skip_or_raise, units
 
 
 @pytest.mark.parametrize("source, form", [
@@ -73,10 +73,10 @@ def test_labels_keys_and_mappings_are_checked():
     assert checked_key("a/b") == "a/b"
     with pytest.raises(BadInput, match=r"key '\.\./a' has a '\.\.' component"):
         checked_key("../a")
-    assert check_mapping("columns", {"jpg": "x", "label": "y"}, "column name")
+    assert check_field_mapping("columns", {"jpg": "x", "label": "y"}, "column name")
     for bad in ({}, {"label": "y"}, {"JPG": "x"}, {"jpg": ""}, ["jpg"]):
         with pytest.raises(ArgumentError):
-            check_mapping("columns", bad, "column name")
+            check_field_mapping("columns", bad, "column name")
 
 
 def test_a_skip_warns_one_line_on_stderr_by_default_and_raises_under_strict(capsys):

@@ -121,7 +121,7 @@ def source_module(form: str):
     return importlib.import_module(choose("form", form, SOURCE_MODULES))
 
 
-def check_mapping(argument: str, mapping, what: str) -> dict:
+def check_field_mapping(argument: str, mapping, what: str) -> dict:
     """`mapping` if it maps field names, 'label' or 'key' to non-empty `what`s (feature or column names) and
     names at least one field; ArgumentError naming `argument` otherwise."""
     if not isinstance(mapping, dict) or not mapping:

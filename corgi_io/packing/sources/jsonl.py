@@ -19,7 +19,7 @@ import posixpath
 
 from corgi_io.errors import ArgumentError, BadInput
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".jsonl",)
 MAX_LINE_BYTES = 1 << 26
@@ -32,7 +32,7 @@ def units(path: str):
 
 def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, max_line_bytes: int = MAX_LINE_BYTES):
     """The samples of one JSONL file, in line order (see the module docstring for what is skipped)."""
-    check_mapping("columns", columns, "key path")
+    check_field_mapping("columns", columns, "key path")
     if any("" in path.split(".") for path in columns.values()):
         raise ArgumentError(f"columns {columns!r}: a key path has an empty part")
     name = posixpath.basename(unit.path)

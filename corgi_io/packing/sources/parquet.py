@@ -18,7 +18,7 @@ import posixpath
 from contextlib import contextmanager
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
-from corgi_io.packing.sources import Unit, check_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".parquet",)
 BATCH_ROWS = 256
@@ -40,7 +40,7 @@ def units(path: str):
 def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch_rows: int = BATCH_ROWS,
          max_row_group_bytes: int = MAX_ROW_GROUP_BYTES):
     """The samples of one row group, in row order (see the module docstring for what is skipped)."""
-    check_mapping("columns", columns, "column name")
+    check_field_mapping("columns", columns, "column name")
     if any("" in path.split(".") for path in columns.values()):
         raise ArgumentError(f"columns {columns!r}: a column path has an empty part")
     where = f"{unit.path}: row group {unit.part}"

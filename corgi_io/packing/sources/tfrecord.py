@@ -23,7 +23,7 @@ from corgi_io.errors import BadInput
 from corgi_io.formats.example_proto import decode_example
 from corgi_io.formats.tfrecord import FRAME, masked_crc
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".tfrecord", ".tfrecords")
 MAX_RECORD_BYTES = 1 << 30
@@ -37,7 +37,7 @@ def units(path: str):
 def read(unit: Unit, *, features: dict, strict: bool = False, on_skip=None,
          max_record_bytes: int = MAX_RECORD_BYTES):
     """The samples of one TFRecord file, in record order (see the module docstring for what is skipped)."""
-    check_mapping("features", features, "feature name")
+    check_field_mapping("features", features, "feature name")
     name = posixpath.basename(unit.path)
     stem = next((name[:-len(end)] for end in SUFFIXES if name.lower().endswith(end)), name)
     with open_binary(unit.path) as file:
