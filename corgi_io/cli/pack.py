@@ -14,6 +14,7 @@ from corgi_io.formats import FORMATS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
+from corgi_io.packing.sources import FORMS
 from corgi_io.packing.transforms.image import IMAGE_FORMATS
 from corgi_io.report.stats import counted
 
@@ -35,6 +36,16 @@ class ByteSize(click.ParamType):
         return value if isinstance(value, int) else parse_bytes(value)
 
 
+def parse_mapping(text: str | None) -> tuple:
+    """'jpg=image/encoded,label=image/class/label' -> (("jpg", "image/encoded"), ("label", "image/class/label"))."""
+    if not text:
+        return ()
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    if any(not sep or not name.strip() or not target.strip() for name, sep, target in pairs):
+        raise click.BadParameter(f"{text!r} is not NAME=TARGET pairs joined by commas")
+    return tuple((name.strip(), target.strip()) for name, _, target in pairs)
+
+
 def default_workers() -> int:
     return min(8, os.cpu_count() or 1)
 
@@ -52,9 +63,23 @@ def check_dask_address(ctx, param, value):
 
 
 @click.command("pack")
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source")  # a path or an fsspec URL (click.Path would fold the // of s3://)
 @click.argument("output", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="wds", show_default=True)
+@click.option("--from", "from_", type=click.Choice(FORMS),
+              help="What SOURCE is (default: detected from what it holds): a folder tree or a .csv/.jsonl listing of "
+                   "raw files, or existing shards or tables to repack: WebDataset tars (.tar, .tar.gz), TFRecord "
+                   "files of tf.train.Example, Parquet files, or JSONL files with the values inline. A folder, glob "
+                   "of one, or one file; local, or an fsspec URL (http://, s3://). Each file (a Parquet row group) "
+                   "is packed by a task of its own, into its own shards, keeping its order.")
+@click.option("--features", metavar="NAME=FEATURE,...", callback=lambda ctx, param, value: parse_mapping(value),
+              help="--from tfrecord: the features to pack as fields, e.g. jpg=image/encoded,txt=image/text,"
+                   "label=image/class/label (label and key name the class id and the key).")
+@click.option("--columns", metavar="NAME=COLUMN,...", callback=lambda ctx, param, value: parse_mapping(value),
+              help="--from parquet or jsonl: the columns (a.b for a nested one) to pack as fields, e.g. "
+                   "jpg=image.bytes,txt=caption,label=label.")
+@click.option("--label-field", metavar="FIELD",
+              help="--from wds: the field holding each sample's class id (default cls), taken out of its fields.")
 @click.option("--kind", type=click.Choice(("auto", *KINDS)), default="auto", show_default=True,
               help="Keep only samples with a field of this kind (the first is primary): the files of others are "
                    "skipped (counted in one line, listed in the manifest); a sample whose fields name no kind is "
@@ -73,7 +98,8 @@ def check_dask_address(ctx, param, value):
 @click.option("--shard-bytes", type=ByteSize(), default=layout.DEFAULT_SHARD_BYTES, show_default="512MiB",
               help="Close a shard before it grows past this many bytes.")
 @click.option("--order", type=click.Choice(layout.ORDERS), default="shuffle", show_default=True,
-              help="Permute samples at pack time (free), or keep the input order.")
+              help="Permute samples at pack time (free), or keep the input order. A pack of shards or tables "
+                   "keeps their order (the loader's shuffle mixes it).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="CPU count, at most 8",
               help="Processes that write shards, one whole shard each at a time (1: this process).")
@@ -111,15 +137,20 @@ def check_dask_address(ctx, param, value):
                    "instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 @click.pass_context
-def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
+def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
                  order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, image_max_side,
                  image_format, image_quality, tokenizer, drop_text, min_size, max_size, strict, overwrite):
-    """Pack SOURCE (a folder tree, or a .csv/.jsonl listing) into shards and a manifest in OUTPUT.
+    """Pack SOURCE into shards and a manifest in OUTPUT: a folder tree or a .csv/.jsonl listing of raw files,
+    or existing WebDataset tars, TFRecord files, Parquet or JSONL tables (see --from).
 
     In a folder, files that share a folder and a stem are one sample with one field per file
     (cat/001.jpg + cat/001.txt: sample cat/001, fields jpg and txt), as WebDataset groups tar members;
     files with distinct stems (the example corpus) stay one sample each.  A listing row is one sample.
+    A tar's members are grouped by key as webdataset groups them; a TFRecord's features and a
+    table's columns become fields by --features and --columns.
     """
+    if features and columns:
+        raise click.UsageError("--features maps a TFRecord SOURCE, --columns a table: give one")
     if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
         raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
                                "(use --dask local:N for N local worker processes)")
@@ -133,7 +164,8 @@ def pack_command(ctx, source, output, fmt, kind, primary, require, labels_file, 
                               primary=primary, require=tuple(name for name in require.split(",") if name),
                               image_max_side=image_max_side, image_format=image_format,
                               image_quality=image_quality, tokenizer=tokenizer,
-                              drop_text=drop_text, min_size=min_size, max_size=max_size)
+                              drop_text=drop_text, min_size=min_size, max_size=max_size, source_form=from_,
+                              source_fields=features or columns, label_field=label_field)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)

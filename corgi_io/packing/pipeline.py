@@ -45,7 +45,9 @@ from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress import PackProgress
 from corgi_io.packing.records import load_finished, record_path
 from corgi_io.packing.user_code import load_function
+from corgi_io.packing.sources import SOURCE_MODULES, source_form
 from corgi_io.packing.table import Table, write_table
+from corgi_io.packing.unit_pipeline import pack_units
 
 __all__ = ["PackOptions", "pack"]
 
@@ -53,6 +55,10 @@ __all__ = ["PackOptions", "pack"]
 def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
          overwrite: bool = False, progress: bool | None = None, client=None):
     """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
+
+    SOURCE is a folder tree or a listing of raw files (this module), or existing WebDataset tars,
+    TFRecord files, Parquet tables or JSONL files, packed a unit at a time (unit_pipeline.py); its
+    form is detected from what it holds, or `options.source_form`.
 
     `workers` processes write shards (1: this process), or the workers of a Dask cluster when
     `client` (a ``distributed.Client``) is given; OUTPUT must then be on a file system that the
@@ -66,10 +72,16 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     if options.size_fn:
         load_function(options.size_fn, "--size-fn")  # fail before any work, not in every task
     output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
+    source = os.fspath(source)
+    form = source_form(source, options.source_form)
     try:
-        with _locked_output(Path(source), output), PackProgress(progress) as display, \
+        with _locked_output(source, form, output), PackProgress(progress) as display, \
                 open_executor(workers, client) as executor:  # the lock outlives the workers
-            _pack(Path(source), output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
+            if form in SOURCE_MODULES:
+                pack_units(source, form, output, options, executor, display, strict=strict, overwrite=overwrite,
+                           created=_created)
+            else:
+                _pack(Path(source), output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
     except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
         if exc.filename is None:
             raise
@@ -112,11 +124,14 @@ def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, displ
 
 
 @contextlib.contextmanager
-def _locked_output(source: Path, output: Path):
-    """Check SOURCE and OUTPUT, create OUTPUT and hold its lock for the body; nothing is written before the lock."""
+def _locked_output(source: str, form: str, output: Path):
+    """Check SOURCE (of `form`) and OUTPUT, create OUTPUT and hold its lock for the body; nothing is written before
+    the lock."""
     with _before_shards(output):
-        check_source(source)
-        check_output(source, output)
+        if form not in SOURCE_MODULES:
+            check_source(Path(source))
+        if "://" not in source:
+            check_output(Path(source), output)
         output.mkdir(parents=True, exist_ok=True)
     with FolderLock(output, warn):
         yield

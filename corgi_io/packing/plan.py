@@ -11,10 +11,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from corgi_io.arguments import choose
 from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 from corgi_io.packing.sample import check_field_name
+from corgi_io.packing.sources import FORMS, check_field_mapping
+from corgi_io.packing.transforms.base import checking_options
 from corgi_io.packing.transforms import ImageResize, SizeFilter, Tokenize, TransformChain
 from corgi_io.packing.transforms.image import renamed_field
 from corgi_io.packing.transforms.tokenize import TOKENS_FIELD
@@ -50,6 +53,9 @@ class PackOptions:
     max_size: int | None = None
     tokenizer: str | None = None        # a tokenizers JSON file: each sample's txt tokenised into tokens.npy, primary
     drop_text: bool = False             # with tokenizer: leave the txt field out
+    source_form: str | None = None      # --from: folder, listing, wds, tfrecord, parquet or jsonl; None: detected
+    source_fields: tuple = ()           # --features/--columns: (field, feature or column) pairs of a tfrecord/table
+    label_field: str | None = None      # --label-field: the WebDataset source field holding the class id (cls)
 
     def __post_init__(self):
         """Refuse input limits that are not positive ints (max_pixels may be None: no limit), and field names that
@@ -73,6 +79,31 @@ class PackOptions:
             raise PackError("--drop-text drops the text that --tokenizer tokenises: give --tokenizer too")
         self.transforms()
         self.size_filter()
+        if self.source_form is not None:
+            with checking_options("--from"):
+                choose("source_form", self.source_form, FORMS)
+        if self.source_fields:
+            with checking_options("--features/--columns"):
+                check_field_mapping("source_fields", dict(self.source_fields), "feature or column name")
+
+    def read_options(self, form: str) -> dict:
+        """What the reader of a `form` SOURCE (wds, tfrecord, parquet, jsonl) takes from these options; PackError for
+        an option that form cannot use or a mapping it lacks, before any work."""
+        unusable = {"--size-fn": self.size_fn, "--labels": self.label_index}
+        if form == "wds":
+            unusable["--features/--columns"] = self.source_fields
+        else:
+            unusable["--label-field"] = self.label_field
+        for flag, value in unusable.items():
+            if value:
+                raise PackError(f"{flag} does not apply to a {form} SOURCE (see corgi pack --help)")
+        if form == "wds":
+            return {"label_field": self.label_field or "cls", "max_member_bytes": self.max_sample_bytes}
+        flag, key = ("--features", "features") if form == "tfrecord" else ("--columns", "columns")
+        if not self.source_fields:
+            raise PackError(f"a {form} SOURCE needs {flag} NAME={key[:-1].upper()},... naming the {key} to pack as "
+                            f"fields (and label=..., key=...), e.g. {flag} jpg=image,txt=caption,label=label")
+        return {key: dict(self.source_fields)}
 
     def transforms(self) -> TransformChain:
         """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options."""

@@ -75,16 +75,25 @@ class ShardFile:
 
     def finish(self, done: ShardDone, record_path, columns: dict) -> ShardDone:
         """Close the shard, save its sidecars and record, rename it into place."""
+        self.seal(columns["offset"], columns["length"])
+        save_record(record_path, done, columns)
+        self.publish()
+        return done
+
+    def seal(self, offsets, lengths) -> None:
+        """Write the trailer, fsync and close the shard, and write its sidecars (records at `offsets`, `lengths`);
+        it keeps its temporary name until `publish`."""
         self.write([self.fmt.TRAILER], len(self.fmt.TRAILER))
         self._wait(self._writing)
         self._threads.shutdown(wait=True)
         self._wait(self._flushing)
         os.fsync(self.fd)
         self._close()
-        self.fmt.write_sidecars(self.path, columns["offset"], columns["length"])
-        save_record(record_path, done, columns)
+        self.fmt.write_sidecars(self.path, offsets, lengths)
+
+    def publish(self) -> None:
+        """Rename the sealed shard to its final name (once whatever records it is saved)."""
         os.replace(self.temp_path, self.path)
-        return done
 
     def abort(self) -> None:
         """Drop the temporary file of an unfinished shard (`finish` may have closed it already, or failed after)."""

@@ -181,5 +181,16 @@ def _built_in_size(kind: str, path: str, data: bytes) -> int:
     if kind == "image":
         return image_pixels(data)
     if kind == "video":
-        return video_frames(path)
+        return video_frames(path) if path is not None else _video_frames_of_bytes(data)
     return text_tokens(data)
+
+
+def _video_frames_of_bytes(data: bytes) -> int:
+    """`video_frames` of a video held in memory (a source's field): OpenCV opens files only, so through a
+    temporary file that is gone when this returns."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".video", prefix="corgi-probe-") as file:
+        file.write(data)
+        file.flush()
+        return video_frames(file.name)

@@ -11,15 +11,16 @@ listing forms are read by `corgi_io.packing.walk` as before; this package lists 
 others, one module each, chosen from the `SOURCE_MODULES` registry.  Each module offers
 ``SUFFIXES`` (the file names it reads), ``units(path)`` and ``read(unit, *, strict, on_skip, ...)``.
 
-Not wired into `corgi pack` yet (no ``--from`` option, no pack tasks or resume over units): that
-waits for the multi-field pack pipeline.  Bad inputs follow the corpus rules: one input that
-cannot be read (a member, a record, a row group) is skipped with a one-line warning naming the
-file and the member, byte offset or row group, or raises BadInput under `strict`.
+`corgi pack` packs each unit in a task of its own (`packing.unit_writer`, ``--from``), with the
+resume of the folder packs.  Bad inputs follow the corpus rules: one input that cannot be read (a
+member, a record, a row group) is skipped with a one-line warning naming the file and the member,
+byte offset or row group, or raises BadInput under `strict`.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import posixpath
 from typing import NamedTuple
 
 from corgi_io.arguments import choose
@@ -88,12 +89,40 @@ def detect(source: str, names=None, from_: str | None = None) -> str:
     return forms.pop()
 
 
+def source_form(source: str, from_: str | None = None) -> str:
+    """The form of SOURCE (a local path or fsspec URL): `from_` when given, else `detect`ed from the names directly
+    in it (one listing of one folder); CorpusError for a SOURCE that does not exist."""
+    if from_ is not None:
+        return detect(source, None, from_)
+    if _is_glob(source):
+        return detect(source, [posixpath.basename(path) for path in _glob(source)])
+    if "://" not in source:  # a local path: no fsspec for the folder and listing packs
+        if not os.path.exists(source):
+            raise CorpusError(f"{source}: no such file or directory")
+        if not os.path.isdir(source):
+            return detect(source)
+        with os.scandir(source) as entries:
+            return detect(source, sorted(entry.name + "/" * entry.is_dir() for entry in entries))
+    fs, path = _filesystem(source)
+    if not fs.exists(path):
+        raise CorpusError(f"{source}: no such file or folder")
+    return detect(source, sorted(_entry_name(fs, entry) for entry in fs.ls(path, detail=True)) if fs.isdir(path)
+                  else None)
+
+
 def units(source: str, from_: str | None = None) -> list:
     """The units of SOURCE (a local path or fsspec URL) in a stable order: its shard files, sorted, or
     the one file; for Parquet one unit per row group, from each file's footer.
 
     A folder or listing SOURCE has no units here (packing.walk reads it): CorpusError.
     """
+    if _is_glob(source):
+        found = _glob(source)
+        form = detect(source, [posixpath.basename(path) for path in found], from_)
+        if form not in SOURCE_MODULES:
+            raise CorpusError(f"{source}: matches no shards or tables (a glob names {', '.join(SOURCE_MODULES)} files)")
+        return [unit for path in found if path.lower().endswith(source_module(form).SUFFIXES)
+                for unit in source_module(form).units(path)]
     fs, path = _filesystem(source)
     if not fs.exists(path):
         raise CorpusError(f"{source}: no such file or folder")
@@ -190,6 +219,26 @@ def open_binary(path: str):
     import fsspec
 
     return fsspec.open(path, "rb").open()
+
+
+def _is_glob(source: str) -> bool:
+    return any(char in source for char in "*?[")
+
+
+def _glob(source: str) -> list:
+    """The files a glob SOURCE matches, sorted, in SOURCE's own spelling (local paths, or URLs); CorpusError if
+    none."""
+    if "://" not in source:
+        import glob
+
+        found = sorted(path for path in glob.glob(source) if os.path.isfile(path))
+    else:
+        fs, path = _filesystem(source)
+        protocol = source.split("://", 1)[0]
+        found = sorted(f"{protocol}://{match.removeprefix(protocol + '://')}" for match in fs.glob(path))
+    if not found:
+        raise CorpusError(f"{source}: matches no file")
+    return found
 
 
 def _visible(names) -> list:

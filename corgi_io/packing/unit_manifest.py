@@ -1,0 +1,120 @@
+"""The manifest of a pack of source units, built from the units' records one column at a time.
+
+Units are concatenated in their order: unit u's shards follow unit u - 1's, its samples and blocks
+too.  Each unit names its own fields and extensions (the bits of its masks, its ext ids); the
+pack's are their union in order of first appearance, and each unit's columns are mapped onto
+them with a small lookup (a few entries per unit, nothing per sample).  Class ids are named by
+their decimal digits, "0" up to the largest id packed.  Like `columns.ManifestColumns`, every
+column is a `LazyColumn`: the driver holds one column, or the keys, at a time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from corgi_io.errors import PackError
+from corgi_io.packing.columns import LazyColumn
+from corgi_io.packing.unit_records import MAX_FIELDS, UNIT_COLUMNS, load_unit_column
+
+COPIED = ("bytes", "size", "offset", "length", "data_offset", "checksum", "kind", "label")
+
+
+class UnitManifest:
+    """Head parts and columns of the pack made of `done` (the UnitDone of every unit, in order), whose records are
+    at `records` (same order)."""
+
+    def __init__(self, done: list, records: list):
+        self.done, self.records = done, records
+        self.field_names = list(dict.fromkeys(name for unit in done for name in unit.field_names))
+        if len(self.field_names) > MAX_FIELDS:
+            raise PackError(f"the sources hold {len(self.field_names)} field names, above the {MAX_FIELDS} a pack may "
+                            f"have: {', '.join(self.field_names[:MAX_FIELDS + 1])}, ...")
+        self.extensions = list(dict.fromkeys(name for unit in done for name in unit.extensions))
+        self.shard_base = np.cumsum([0, *(len(unit.shards) for unit in done)])
+
+    def shards(self) -> list:
+        """The manifest head's shard entries: path, bytes, first sample, samples."""
+        entries, first = [], 0
+        for unit in self.done:
+            for name, size, samples in zip(unit.shards, unit.shard_bytes, unit.shard_samples):
+                entries.append({"path": name, "bytes": size, "first_sample": first, "samples": samples})
+                first += samples
+        return entries
+
+    def labels(self) -> list:
+        """Class names "0" .. the largest class id packed (one label column in memory at a time)."""
+        largest = max((int(column.max()) for column in self._columns("label") if len(column)), default=-1)
+        return [str(label) for label in range(largest + 1)]
+
+    def max_fields(self) -> int:
+        return max((int(np.bitwise_count(column).max()) for column in self._columns("fields") if len(column)),
+                   default=1)
+
+    def samples(self, built=None) -> dict:
+        """{manifest column: LazyColumn}; `built()` is called as each one is built."""
+        columns = {name: LazyColumn(lambda name=name: self._joined(name), built) for name in COPIED}
+        columns.update(ext=LazyColumn(self._ext, built), fields=LazyColumn(self._fields, built),
+                       shard=LazyColumn(self._shard, built))
+        return columns
+
+    def blocks(self) -> dict:
+        """A block is a run of samples one unit task closed as a block (it never spans two shards)."""
+        global_block = self._joined_with("block", lambda column, unit, base: column + base, self._block_bases())
+        first = np.flatnonzero(np.diff(global_block, prepend=-1) != 0)
+        del global_block
+        count = np.diff(np.append(first, sum(unit.samples for unit in self.done)))
+        last = first + count - 1
+        offset, length = self._joined("offset"), self._joined("length")
+        blocks = dict(shard=self._shard()[first], offset=offset[first], first=first, count=count,
+                      length=offset[last] + length[last] - offset[first])
+        del offset, length
+        size = self._joined("size")
+        blocks["size_sum"] = np.add.reduceat(size, first) if len(first) else np.zeros(0, np.int64)
+        return blocks
+
+    def keys(self) -> tuple:
+        """(uint8 blob, int64 offsets) of every sample's key, in manifest order."""
+        blobs = list(self._columns("key_blob"))
+        offsets, base = [np.zeros(1, np.int64)], 0
+        for blob, unit_offsets in zip(blobs, self._columns("key_offsets")):
+            offsets.append(unit_offsets[1:] + base)
+            base += len(blob)
+        return np.concatenate(blobs or [np.zeros(0, np.uint8)]), np.concatenate(offsets)
+
+    def _columns(self, name: str):
+        for path in self.records:
+            yield load_unit_column(path, name)
+
+    def _joined(self, name: str) -> np.ndarray:
+        return self._joined_with(name, lambda column, unit, base: column, [None] * len(self.done))
+
+    def _joined_with(self, name: str, convert, bases) -> np.ndarray:
+        """Record column `name` of every unit, `convert(column, unit, base)`, concatenated in unit order."""
+        dtype = np.int64 if name == "block" else UNIT_COLUMNS[name][1]
+        parts = [convert(column, unit, base) for column, unit, base in zip(self._columns(name), self.done, bases)]
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    def _ext(self) -> np.ndarray:
+        def convert(column, unit, base):
+            return np.array([self.extensions.index(name) for name in unit.extensions], np.uint16)[column]
+        return self._joined_with("ext", convert, [None] * len(self.done))
+
+    def _fields(self, ) -> np.ndarray:
+        def convert(column, unit, base):
+            moved, one = np.zeros_like(column), np.uint64(1)
+            for bit, name in enumerate(unit.field_names):
+                moved |= ((column >> np.uint64(bit)) & one) << np.uint64(self.field_names.index(name))
+            return moved
+        return self._joined_with("fields", convert, [None] * len(self.done))
+
+    def _shard(self) -> np.ndarray:
+        column = self._joined_with("shard", lambda column, unit, base: column.astype(np.int64) + base,
+                                   self.shard_base[:-1])
+        return column.astype(np.int32)
+
+    def _block_bases(self) -> list:
+        """Each unit's first global block number (its block column's largest value + 1 per unit before it)."""
+        bases, base = [], 0
+        for column in self._columns("block"):
+            bases.append(base)
+            base += int(column[-1]) + 1 if len(column) else 0
+        return bases
