@@ -361,9 +361,10 @@ def test_cli_choices_come_from_the_one_list():
     from corgi_io.cli.pack import pack_command
     from corgi_io.manifest import FORMATS, KINDS
 
+    from corgi_io.packing.sources import FORMS
     from corgi_io.packing.transforms.image import IMAGE_FORMATS
 
     choices = {p.name: tuple(p.type.choices) for p in pack_command.params if hasattr(p.type, "choices")}
     assert choices == {"fmt": FORMATS, "kind": ("auto", *KINDS), "order": layout.ORDERS,
-                       "image_format": tuple(IMAGE_FORMATS)}
+                       "image_format": tuple(IMAGE_FORMATS), "from_": FORMS}
     assert all(get_format(name).SUFFIX for name in FORMATS)
