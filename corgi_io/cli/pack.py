@@ -127,6 +127,12 @@ def check_dask_address(ctx, param, value):
                    "into a tokens.npy field (uint16 or uint32 ids), the sample's primary field, sized by its token "
                    "count. Needs corgi-io[text].")
 @click.option("--drop-text", is_flag=True, help="With --tokenizer: leave the txt field out of the pack.")
+@click.option("--map", "map_function", metavar="MODULE:FUNCTION",
+              help="Preprocess at pack time with your own function, called in the workers as function(fields, key) "
+                   "with each sample's {field: bytes}; it returns the sample's new fields (it may add, replace or "
+                   "remove fields) or None to drop the sample (a recorded skip). An exception skips the sample, or "
+                   "fails the pack under --strict. MODULE must be importable by every worker. Runs before "
+                   "--image-max-side and --tokenizer.")
 @click.option("--min-size", type=click.IntRange(min=0), metavar="N",
               help="Skip (and record) a sample whose primary field's final size (pixels, frames, tokens) is below N.")
 @click.option("--max-size", type=click.IntRange(min=0), metavar="N",
@@ -137,9 +143,10 @@ def check_dask_address(ctx, param, value):
                    "instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
 @click.pass_context
-def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file, block_samples, block_bytes, shard_bytes,
-                 order, seed, workers, dask_address, size_fn, max_pixels, max_sample_bytes, image_max_side,
-                 image_format, image_quality, tokenizer, drop_text, min_size, max_size, strict, overwrite):
+def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file,
+                 block_samples, block_bytes, shard_bytes, order, seed, workers, dask_address, size_fn, max_pixels,
+                 max_sample_bytes, image_max_side, image_format, image_quality, tokenizer, drop_text, map_function,
+                 min_size, max_size, strict, overwrite):
     """Pack SOURCE into shards and a manifest in OUTPUT: a folder tree or a .csv/.jsonl listing of raw files,
     or existing WebDataset tars, TFRecord files, Parquet or JSONL tables (see --from).
 
@@ -165,7 +172,8 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
                               image_max_side=image_max_side, image_format=image_format,
                               image_quality=image_quality, tokenizer=tokenizer,
                               drop_text=drop_text, min_size=min_size, max_size=max_size, source_form=from_,
-                              source_fields=features or columns, label_field=label_field)
+                              source_fields=features or columns, label_field=label_field,
+                              map_function=map_function)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)

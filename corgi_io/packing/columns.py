@@ -1,9 +1,9 @@
 """The manifest's columns, built last from the shard records and the pack-order table, one at a time.
 
-A written sample is known by its position (its row in the pack-order table): its label, kind,
-extension, field mask and key come from the table (the first three as the pack-time transforms change
-every sample's: `rewrite`), its offsets, primary payload bytes, size and
-checksum from its shard's record.  Each per-sample column is a `LazyColumn`, built when `save_manifest` writes it
+A written sample is known by its position (its row in the pack-order table): its label and key
+come from the table; its offsets, primary payload bytes, size, checksum, kind, extension and field
+mask from its shard's record (the last two in the task's own numbering, mapped onto the pack's
+names: field_masks.py), since the pack-time transforms (a user's --map) may change them.  Each per-sample column is a `LazyColumn`, built when `save_manifest` writes it
 and dropped right after, and the keys are gathered last, so the driver holds the written positions
 and either one column or the keys, however large the pack.
 """
@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from corgi_io.packing.field_masks import remap_ids, remap_masks
 from corgi_io.packing.records import SAMPLE_FIELDS, load_column
 from corgi_io.packing.table import gather_column, gather_keys
-
-FROM_TABLE = {"label": "label", "kind": "kind", "ext": "ext", "fields": "fields"}  # manifest column -> table field
-
 
 class LazyColumn:
     """A column built when numpy first asks for it (``np.asarray`` calls ``__array__``)."""
@@ -31,38 +29,41 @@ class LazyColumn:
 
 
 class ManifestColumns:
-    """Samples, blocks and keys of a finished pack, from `records` ({shard: record path}, every shard) and `plan`."""
+    """Samples, blocks and keys of a finished pack, from `records` ({shard: record path}, every shard), `done` (their
+    ShardDones, in shard order) and `plan`; `field_names` and `extensions` are the pack's (field_masks.pack_names)."""
 
-    def __init__(self, plan, table, records: dict, counts: list, rewrite: dict | None = None):
-        self.plan, self.table, self.counts, self.rewrite = plan, table, counts, rewrite or {}
+    def __init__(self, plan, table, records: dict, done: list, field_names: list, extensions: list):
+        self.plan, self.table, self.done = plan, table, done
+        self.field_names, self.extensions = field_names, extensions
+        self.counts = [record.samples for record in done]
         self.paths = [records[shard] for shard in range(plan.num_shards)]
         self.positions = self.from_records("position")
 
-    def from_records(self, name: str) -> np.ndarray:
-        """Record field `name` of every written sample, in manifest order."""
+    def from_records(self, name: str, convert=None) -> np.ndarray:
+        """Record field `name` of every written sample, in manifest order; `convert(column, done)` per shard."""
         column = np.empty(sum(self.counts), dtype=SAMPLE_FIELDS[name])
         start = 0
-        for path, count in zip(self.paths, self.counts):
-            column[start:start + count] = load_column(path, name)
+        for path, count, done in zip(self.paths, self.counts, self.done):
+            part = load_column(path, name)
+            column[start:start + count] = part if convert is None else convert(part, done)
             start += count
         return column
 
     def shard(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.counts), dtype=np.int32), self.counts)
 
-    def from_table(self, field: str) -> np.ndarray:
-        """Table field `field` of every written sample, in manifest order, as the transforms left it (`rewrite`)."""
-        column = gather_column(self.table, field, self.positions, self.plan.num_samples)
-        return self.rewrite[field](column) if field in self.rewrite else column
-
     def samples(self, built=None) -> dict:
         """{manifest column: LazyColumn}; `built()` is called as each one is built."""
         def lazy(build):
             return LazyColumn(build, built)
 
-        columns = {name: lazy(lambda field=field: self.from_table(field)) for name, field in FROM_TABLE.items()}
-        columns.update({name: lazy(lambda name=name: self.from_records(name))
-                        for name in ("bytes", "size", "offset", "length", "data_offset", "checksum")})
+        columns = {name: lazy(lambda name=name: self.from_records(name))
+                   for name in ("bytes", "size", "offset", "length", "data_offset", "checksum", "kind")}
+        columns["label"] = lazy(lambda: gather_column(self.table, "label", self.positions, self.plan.num_samples))
+        columns["ext"] = lazy(lambda: self.from_records(
+            "ext", lambda ids, done: remap_ids(ids, done.extensions, self.extensions)))
+        columns["fields"] = lazy(lambda: self.from_records(
+            "fields", lambda masks, done: remap_masks(masks, done.field_names, self.field_names)))
         columns["shard"] = lazy(self.shard)
         return columns
 

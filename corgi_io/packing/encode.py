@@ -26,7 +26,8 @@ from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.user_code import load_function
 from corgi_io.packing.table import Table, read_rows
-from corgi_io.packing.sample import PackSample
+from corgi_io.packing.field_masks import TaskNames
+from corgi_io.packing.sample import PackSample, default_primary, field_kind
 from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
 from corgi_io.packing.walk import field_name, printable
 
@@ -53,7 +54,6 @@ class ShardTask:
     transforms: TransformChain = TransformChain()   # run on each sample after it is read (picklable)
     size_filter: SizeFilter | None = None           # then on its final primary size
     primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
-    dropped: tuple = ()                             # the fields they remove
     renames: tuple = ()                             # (field, its name after them) for each field they rename
 
 
@@ -99,7 +99,8 @@ def write_shard(task: ShardTask) -> ShardDone:
                     shard.write(*encoder.encode(rows, block_first, block_stop, shard.size))
                 executors.report(stop - first, encoder.reported_bytes())
             done = ShardDone(task.shard, shard.size + len(encoder.fmt.TRAILER), len(encoder.columns["offset"]),
-                             encoder.payload_bytes, tuple(encoder.skipped))
+                             encoder.payload_bytes, tuple(encoder.skipped), tuple(encoder.names.bits),
+                             tuple(encoder.names.extensions), encoder.max_fields)
             return shard.finish(done, task.record, encoder.columns)
     except BaseException:
         shard.abort()
@@ -124,9 +125,9 @@ class _BlockEncoder:
         self.task, self.fmt = task, get_format(task.format)
         self.checksum = checksum_function(DEFAULT_CHECKSUM)
         self.size_fn = load_function(task.size_fn, "--size-fn") if task.size_fn else None
-        self.columns = {name: array.array("q") for name in SAMPLE_FIELDS}
+        self.columns = {name: array.array("Q" if name == "fields" else "q") for name in SAMPLE_FIELDS}
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
-        self.renames = dict(task.renames)
+        self.renames, self.names, self.max_fields = dict(task.renames), TaskNames(), 0
 
     def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
         """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
@@ -141,9 +142,9 @@ class _BlockEncoder:
             payload, size, extra = self._read_sample(paths, KINDS[kind], names)
             primary = extensions[ext]
             if payload is not None and (self.task.transforms.steps or self.task.size_filter):
-                primary, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)}, size,
-                                                                names)
-            if payload is None:
+                primary, kind, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)},
+                                                                      KINDS[kind], size, names)
+            if payload is None or (masks := self._masks(key, primary, extra, names)) is None:
                 continue
             record, data_offset = fmt.encode(key, primary, payload, label, size, extra)
             length = 0
@@ -158,6 +159,9 @@ class _BlockEncoder:
             add["bytes"](len(payload))
             add["size"](size)
             add["checksum"](crc)
+            add["kind"](kind)
+            add["ext"](masks[1])
+            add["fields"](masks[0])
             at += length
             self.payload_bytes += len(payload) + sum(len(value) for _, value in extra)
         return parts, at - shard_offset
@@ -180,22 +184,15 @@ class _BlockEncoder:
         for other in names[:at] + names[at + 1:]:
             self.skipped.append({"path": printable(other), "reason": f"its sample lost {printable(names[at])}"})
 
-    def _transform(self, key: str, label: int, fields: dict, size: int, names: list) -> tuple:
-        """(primary field, its bytes, final size, other fields) of the sample of `fields` (primary first) after the
-        transforms and the size filter, or Nones when it is skipped: recorded against its primary file, and a
+    def _transform(self, key: str, label: int, fields: dict, kind: str, size: int, names: list) -> tuple:
+        """(primary field, kind id, its bytes, final size, other fields) of the sample of `fields` (primary first) after
+        the transforms and the size filter, or Nones when it is skipped: recorded against its primary file, and a
         BadInput is fatal under strict.  A measured size (a resized image's pixels) replaces the probed one."""
-        renames = self.renames
-        primary = self.task.primary_after or renames.get(next(iter(fields)), next(iter(fields)))
-        expected = {primary, *(renames.get(name, name) for name in fields)} - set(self.task.dropped)  # the manifest's
         try:
-            sample = PackSample(key, label, fields)
-            result = self.task.transforms(sample)
-            if result:
-                fields, size = result.sample.fields, result.sizes.get(primary, size)
-                if set(fields) != expected:
-                    raise BadInput(f"the transforms made fields {list(fields)} of {list(sample.fields)}, where "
-                                   f"corgi pack expects {sorted(expected)}")
-                result = self.task.size_filter and self.task.size_filter.check(key, size)
+            result = self._transformed(PackSample(key, label, fields), kind, size, names[0])
+            if not isinstance(result, Drop):
+                primary, kind, fields, size = result
+                result = self.task.size_filter.check(key, size) if self.task.size_filter else None
         except BadInput as exc:
             if self.task.strict:
                 raise PackError(f"{printable(names[0])}: {exc}") from None
@@ -203,8 +200,45 @@ class _BlockEncoder:
         if result is not None:  # a Drop
             self.skipped.append({"path": printable(names[0]), "reason": result.reason})
             self._lost(names, 0)
-            return None, None, None, None
-        return primary, fields[primary], size, [(name, value) for name, value in fields.items() if name != primary]
+            return None, None, None, None, None
+        return (primary, KINDS.index(kind), fields[primary], size,
+                [(name, value) for name, value in fields.items() if name != primary])
+
+    def _transformed(self, sample: PackSample, kind: str, size: int, path: str) -> tuple:
+        """(primary field, kind, fields, size) after the transforms, or the Drop of a sample they leave out.
+
+        The primary field is the one they make (tokens.npy), else the walk's as they renamed it, else (a --map
+        took it away) the first image, video or text field left.  A primary whose bytes they replaced without
+        measuring them is probed again."""
+        first = next(iter(sample.fields))
+        result = self.task.transforms(sample)
+        if not result:
+            return result
+        fields = result.sample.fields
+        primary = self.task.primary_after or self.renames.get(first, first)
+        if primary not in fields:
+            primary = default_primary(fields)
+            if primary is None:
+                raise BadInput(f"has no image, video or text field after the transforms (fields {list(fields)})")
+        kind = "text" if self.task.primary_after else field_kind(primary) or kind
+        if primary in result.sizes:
+            size = result.sizes[primary]
+        elif fields[primary] is not sample.fields.get(first):
+            size = probe_size(kind, path, fields[primary], None, self.task.max_pixels)
+        return primary, kind, fields, size
+
+    def _masks(self, key: str, primary: str, extra: list, names: list):
+        """(field mask, ext id) of a sample in this task's numbering, or None when it is skipped (over 64 fields)."""
+        try:
+            mask = self.names.mask([primary, *(name for name, _ in extra)], key)
+        except BadInput as exc:
+            if self.task.strict:
+                raise PackError(f"{printable(names[0])}: {exc}") from None
+            self.skipped.append({"path": printable(names[0]), "reason": str(exc)})
+            self._lost(names, 0)
+            return None
+        self.max_fields = max(self.max_fields, len(extra) + 1)
+        return mask, self.names.ext(primary)
 
     def _read(self, path: str, kind: str | None, name: str) -> tuple:
         """(file bytes, size: None without a `kind` to probe), or (None, None) for a file that is skipped."""

@@ -26,20 +26,20 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 
 from corgi_io.storage.atomic import temp_name
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.errors import PackError
 from corgi_io.formats import get_format
 from corgi_io.storage.locks import FolderLock
-from corgi_io.manifest import KINDS, MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
+from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover
 from corgi_io.packing.grouping import warn
 from corgi_io.packing.encode import ShardTask, write_shard
 from corgi_io.packing.executors import open_executor
+from corgi_io.packing.field_masks import check_field_count, pack_names
 from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress import PackProgress
@@ -104,8 +104,8 @@ class Staged:
     extensions: tuple
     skipped: list        # inputs the walk skipped
     finished: dict       # {shard: ShardDone} of shards an earlier run finished
-    extensions_after: tuple  # the manifest's extensions: `extensions`, or the primary field the transforms make
-    rewrite: dict        # {table column: function} as the transforms change every sample's (columns.py)
+    known_fields: tuple  # the field names the walk and the transforms say the samples have (a --map may add others)
+    known_extensions: tuple  # the primary field names they say
     renames: tuple       # (field, its name after the transforms) for each field they rename
 
 
@@ -177,49 +177,24 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
-    fields, max_fields, extensions, rewrite, renames = _fields_after(corpus, options)
-    head = {"format": options.format, "options": identity, "labels": corpus.labels, "fields": fields,
-            "max_fields": max_fields, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
+    fields, extensions, renames = _known_names(corpus, options)
+    head = {"format": options.format, "options": identity, "labels": corpus.labels,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
-                  corpus.skipped, finished, extensions, rewrite, renames)
+                  corpus.skipped, finished, fields, extensions, renames)
 
 
-def _fields_after(corpus, options: PackOptions) -> tuple:
-    """(field names, max_fields, extensions, {table column: function}, renames) of the samples as the transforms
-    leave them; renames: (field, new name) for each field of the corpus they rename.
-
-    Without a transform that renames a field or makes a new primary one, the walk's.  --image-format
-    renames image fields re-encoded into it (``png`` -> ``jpg``: the mask's bit and the extension
-    move).  With --tokenizer every written sample's primary field is ``tokens.npy`` (kind text; a
-    sample without text is skipped in its task), added to its field mask, and its text is taken out
-    of the mask with --drop-text.  Column functions only: nothing per sample.
-    """
-    walked = list(corpus.field_names)
-    renames = {name: options.renamed(name) for name in walked if options.renamed(name) != name}
-    primary = options.primary_after()
-    if not renames and primary is None:
-        return walked, corpus.max_fields, tuple(corpus.extensions), {}, ()
-    names = list(dict.fromkeys([*(renames.get(name, name) for name in walked), *([primary] if primary else [])]))
-    moves = [(np.uint64(bit), np.uint64(names.index(renames.get(name, name)))) for bit, name in enumerate(walked)]
-    add = np.uint64(1 << names.index(primary)) if primary else np.uint64(0)
-    drop = np.uint64(sum(1 << names.index(name) for name in options.dropped_fields() if name in names))
-    one = np.uint64(1)
-
-    def masks_after(masks):
-        moved = np.zeros_like(masks)
-        for old, new in moves:
-            moved |= ((masks >> old) & one) << new
-        return (moved | add) & ~drop
-
-    rewrite = {"fields": masks_after}
-    if primary is not None:
-        text = KINDS.index("text")
-        rewrite.update(ext=np.zeros_like, kind=lambda kind: np.full_like(kind, text))
-        return names, corpus.max_fields + 1 - len(options.dropped_fields()), (primary,), rewrite, tuple(renames.items())
-    extensions = list(dict.fromkeys(renames.get(name, name) for name in corpus.extensions))
-    lookup = np.array([extensions.index(renames.get(name, name)) for name in corpus.extensions], dtype=np.int64)
-    rewrite["ext"] = lambda ext: lookup[ext].astype(ext.dtype)
-    return names, corpus.max_fields, tuple(extensions), rewrite, tuple(renames.items())
+def _known_names(corpus, options: PackOptions) -> tuple:
+    """(field names, primary field names, renames) that the samples have as the transforms leave them, as far as the
+    driver knows: the walk's, renamed by --image-format (``png`` -> ``jpg``), with the ``tokens.npy`` that
+    --tokenizer makes primary and without the text --drop-text drops.  A user's --map may make others: the shard
+    records name every field written (field_masks.py), and the manifest lists these first, then those."""
+    renames = {name: options.renamed(name) for name in corpus.field_names if options.renamed(name) != name}
+    primary, dropped = options.primary_after(), options.dropped_fields()
+    fields = [renames.get(name, name) for name in corpus.field_names] + ([primary] if primary else [])
+    extensions = [primary] if primary else [renames.get(name, name) for name in corpus.extensions]
+    return (tuple(name for name in dict.fromkeys(fields) if name not in dropped), tuple(dict.fromkeys(extensions)),
+            tuple(renames.items()))
 
 
 def _created():
@@ -240,7 +215,7 @@ def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, 
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
                        strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter,
-                       options.primary_after(), options.dropped_fields(), staged.renames)
+                       options.primary_after(), staged.renames)
              for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)
@@ -255,12 +230,14 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
     plan = staged.plan
     display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     done = [records[shard] for shard in range(plan.num_shards)]
+    fields = check_field_count(pack_names(staged.known_fields, (record.field_names for record in done)))
+    extensions = pack_names(staged.known_extensions, (record.extensions for record in done))
     columns = ManifestColumns(plan, staged.table, {shard: record_path(staged.partial, plan.shard_name(shard))
-                                                   for shard in range(plan.num_shards)},
-                              [record.samples for record in done], staged.rewrite)
+                                                   for shard in range(plan.num_shards)}, done, fields, extensions)
     starts = [0, *itertools.accumulate(record.samples for record in done)]
     head = dict(staged.head, shards=[{"path": plan.shard_name(shard), "bytes": record.bytes, "first_sample": start,
                                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
-    head["extensions"], head["checksum"] = list(staged.extensions_after) or [""], DEFAULT_CHECKSUM
+    head.update(fields=fields, max_fields=max([record.max_fields for record in done] + [1]),
+                extensions=extensions or [""], checksum=DEFAULT_CHECKSUM)
     head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
     save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys)

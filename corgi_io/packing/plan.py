@@ -21,6 +21,7 @@ from corgi_io.packing.transforms.base import checking_options
 from corgi_io.packing.transforms import ImageResize, SizeFilter, Tokenize, TransformChain
 from corgi_io.packing.transforms.image import renamed_field
 from corgi_io.packing.transforms.tokenize import TOKENS_FIELD
+from corgi_io.packing.transforms.user_map import UserMap
 
 TEXT_FIELD = "txt"  # the field --tokenizer tokenises
 
@@ -53,6 +54,7 @@ class PackOptions:
     max_size: int | None = None
     tokenizer: str | None = None        # a tokenizers JSON file: each sample's txt tokenised into tokens.npy, primary
     drop_text: bool = False             # with tokenizer: leave the txt field out
+    map_function: str | None = None     # --map MODULE:FUNCTION: a user's function(fields, key) -> new fields or None
     source_form: str | None = None      # --from: folder, listing, wds, tfrecord, parquet or jsonl; None: detected
     source_fields: tuple = ()           # --features/--columns: (field, feature or column) pairs of a tfrecord/table
     label_field: str | None = None      # --label-field: the WebDataset source field holding the class id (cls)
@@ -106,8 +108,10 @@ class PackOptions:
         return {key: dict(self.source_fields)}
 
     def transforms(self) -> TransformChain:
-        """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options."""
-        steps = []
+        """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options.
+
+        The user's --map first (it sees the fields as read), then the image resize, then the tokenizer."""
+        steps = [UserMap(self.map_function)] if self.map_function else []
         if self.image_max_side is not None:
             steps.append(ImageResize(self.image_max_side, self.image_format, self.image_quality,
                                      self.max_pixels or NO_PIXEL_LIMIT))

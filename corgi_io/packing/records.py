@@ -27,6 +27,9 @@ SAMPLE_FIELDS = {  # per written sample, in shard order
     "bytes": np.int64,        # primary payload bytes
     "size": np.int64,         # the probed size
     "checksum": np.uint32,    # running CRC32C through its block (checksum.py)
+    "kind": np.uint8,         # its primary field's kind (index into manifest.KINDS)
+    "ext": np.uint16,         # its primary field's name: index into the record's `extensions`
+    "fields": np.uint64,      # bit i: it has the record's field `field_names[i]` (field_masks.py)
 }
 SUFFIX = ".rec"
 
@@ -40,6 +43,9 @@ class ShardDone:
     samples: int
     payload_bytes: int  # the packed files' bytes, for the progress display
     skipped: tuple      # ({"path", "reason"}, ...) in shard order
+    field_names: tuple = ()   # the task's field names: the bits of its masks
+    extensions: tuple = ()    # the task's primary field names: its ext ids
+    max_fields: int = 0       # the most fields one of its samples has
 
     @property
     def progress(self) -> tuple:
@@ -53,8 +59,7 @@ def record_path(partial: Path, shard_name: str) -> Path:
 
 def save_record(path, done: ShardDone, columns: dict) -> None:
     """Write a shard's record atomically (temporary name, fsync, rename)."""
-    summary = json.dumps(dict(shard=done.shard, bytes=done.bytes, samples=done.samples,
-                              payload_bytes=done.payload_bytes, skipped=list(done.skipped))).encode("utf-8")
+    summary = json.dumps(dict(done.__dict__, skipped=list(done.skipped))).encode("utf-8")
     with atomic_output(path) as f:
         np.savez(f, summary=np.frombuffer(summary, dtype=np.uint8),
                  **{name: np.asarray(columns[name], dtype=dtype) for name, dtype in SAMPLE_FIELDS.items()})
@@ -65,8 +70,9 @@ def load_finished(shard_path, path):
     try:
         with np.load(path, allow_pickle=False) as record:
             summary = json.loads(record["summary"].tobytes())
-        done = ShardDone(summary["shard"], summary["bytes"], summary["samples"], summary["payload_bytes"],
-                         tuple(summary["skipped"]))
+        done = ShardDone(**{name: tuple(value) if isinstance(value, list) else value for name, value in summary.items()})
+        if not done.extensions and done.samples:  # a record of a version without the task's names: rewrite
+            return None
         return done if os.path.getsize(shard_path) == done.bytes else None
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
         return None

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.errors import PackError
 from corgi_io.packing.columns import LazyColumn
-from corgi_io.packing.unit_records import MAX_FIELDS, UNIT_COLUMNS, load_unit_column
+from corgi_io.packing.field_masks import check_field_count, pack_names, remap_ids, remap_masks
+from corgi_io.packing.unit_records import UNIT_COLUMNS, load_unit_column
 
 COPIED = ("bytes", "size", "offset", "length", "data_offset", "checksum", "kind", "label")
 
@@ -24,11 +24,8 @@ class UnitManifest:
 
     def __init__(self, done: list, records: list):
         self.done, self.records = done, records
-        self.field_names = list(dict.fromkeys(name for unit in done for name in unit.field_names))
-        if len(self.field_names) > MAX_FIELDS:
-            raise PackError(f"the sources hold {len(self.field_names)} field names, above the {MAX_FIELDS} a pack may "
-                            f"have: {', '.join(self.field_names[:MAX_FIELDS + 1])}, ...")
-        self.extensions = list(dict.fromkeys(name for unit in done for name in unit.extensions))
+        self.field_names = check_field_count(pack_names((), (unit.field_names for unit in done)))
+        self.extensions = pack_names((), (unit.extensions for unit in done))
         self.shard_base = np.cumsum([0, *(len(unit.shards) for unit in done)])
 
     def shards(self) -> list:
@@ -89,22 +86,18 @@ class UnitManifest:
 
     def _joined_with(self, name: str, convert, bases) -> np.ndarray:
         """Record column `name` of every unit, `convert(column, unit, base)`, concatenated in unit order."""
-        dtype = np.int64 if name == "block" else UNIT_COLUMNS[name][1]
+        dtype = UNIT_COLUMNS[name][1]
         parts = [convert(column, unit, base) for column, unit, base in zip(self._columns(name), self.done, bases)]
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
     def _ext(self) -> np.ndarray:
-        def convert(column, unit, base):
-            return np.array([self.extensions.index(name) for name in unit.extensions], np.uint16)[column]
-        return self._joined_with("ext", convert, [None] * len(self.done))
+        return self._joined_with("ext", lambda column, unit, base: remap_ids(column, unit.extensions, self.extensions),
+                                 [None] * len(self.done))
 
-    def _fields(self, ) -> np.ndarray:
-        def convert(column, unit, base):
-            moved, one = np.zeros_like(column), np.uint64(1)
-            for bit, name in enumerate(unit.field_names):
-                moved |= ((column >> np.uint64(bit)) & one) << np.uint64(self.field_names.index(name))
-            return moved
-        return self._joined_with("fields", convert, [None] * len(self.done))
+    def _fields(self) -> np.ndarray:
+        return self._joined_with("fields", lambda column, unit, base: remap_masks(column, unit.field_names,
+                                                                                  self.field_names),
+                                 [None] * len(self.done))
 
     def _shard(self) -> np.ndarray:
         column = self._joined_with("shard", lambda column, unit, base: column.astype(np.int64) + base,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from corgi_io.errors import BadInput
+from corgi_io.packing.field_masks import TaskNames
 from corgi_io.storage.atomic import atomic_output
 
 UNIT_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dtype)
@@ -36,7 +36,6 @@ UNIT_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dt
     "fields": ("Q", np.uint64),      # bit i: it has the unit's field i
     "key_offsets": ("q", np.int64),  # its key is key_blob[key_offsets[i]:key_offsets[i + 1]] (one more entry)
 }
-MAX_FIELDS = 64  # a field mask is 64 bits
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class UnitColumns:
         self.columns = {name: array.array(code) for name, (code, _) in UNIT_COLUMNS.items()}
         self.columns["key_offsets"].append(0)
         self.keys = bytearray()
-        self.field_bits, self.extension_ids, self.blocks, self.shard_starts = {}, {}, 0, [0]
+        self.names, self.blocks, self.shard_starts = TaskNames(), 0, [0]
 
     @property
     def count(self) -> int:
@@ -74,18 +73,11 @@ class UnitColumns:
 
     def add(self, shard: int, base: int, row: tuple) -> None:
         """One sample of `shard`, whose block begins at byte `base` of it; `row` as `_UnitWriter.add` makes it."""
-        offset, length, data_offset, nbytes, size, crc, kind, primary, label, names, key = row
-        mask = 0
-        for name in names:
-            bit = self.field_bits.setdefault(name, len(self.field_bits))
-            if bit >= MAX_FIELDS:
-                raise BadInput(f"sample {key!r}: field {name!r} would be the unit's field number {bit + 1}, above "
-                               f"the {MAX_FIELDS} field names a pack may have")
-            mask |= 1 << bit
+        offset, length, data_offset, nbytes, size, crc, kind, ext, label, mask, key = row
         while len(self.shard_starts) <= shard:
             self.shard_starts.append(self.count)
-        values = (shard, self.blocks, base + offset, length, base + data_offset, nbytes, size, crc, kind,
-                  self.extension_ids.setdefault(primary, len(self.extension_ids)), label, mask)
+        values = (shard, self.blocks, base + offset, length, base + data_offset, nbytes, size, crc, kind, ext, label,
+                  mask)
         for name, value in zip(UNIT_COLUMNS, values):
             self.columns[name].append(value)
         self.keys += key.encode("utf-8")

@@ -89,6 +89,13 @@ class _UnitWriter:
             self.skipped.append(dict(accepted, path=f"{self.task.unit.path}: {sample.key}"))
             return
         primary, kind, size, fields = accepted
+        try:
+            mask, ext = self.columns.names.mask(fields, sample.key), self.columns.names.ext(primary)
+        except BadInput as exc:
+            if self.task.strict:
+                raise PackError(f"{self.task.unit.path}: {exc}") from None
+            self.skipped.append({"path": f"{self.task.unit.path}: {sample.key}", "reason": str(exc)})
+            return
         record, data_offset = self.fmt.encode(sample.key, primary, fields[primary], sample.label, size,
                                               [(name, value) for name, value in fields.items() if name != primary])
         length = sum(map(len, record))
@@ -97,8 +104,8 @@ class _UnitWriter:
             self._close_block()
         self.crc = crc = self._crc(record)
         self.block.append((record, length, (self.block_bytes, length, self.block_bytes + data_offset,
-                                            len(fields[primary]), size, crc, kind, primary, sample.label,
-                                            tuple(fields), sample.key)))
+                                            len(fields[primary]), size, crc, kind, ext, sample.label, mask,
+                                            sample.key)))
         self.block_bytes += length
         self.payload_bytes += sum(map(len, fields.values()))
 
@@ -140,7 +147,7 @@ class _UnitWriter:
         columns = self.columns
         done = UnitDone(self.task.index, tuple(shard.path.name for shard in self.shards), tuple(shard_bytes),
                         columns.shard_samples(), columns.count, self.payload_bytes, tuple(self.skipped),
-                        tuple(columns.field_bits), tuple(columns.extension_ids))
+                        tuple(columns.names.bits), tuple(columns.names.extensions))
         save_unit_record(self.task.record, done, self.columns)
         for shard in self.shards:
             shard.publish()

@@ -257,3 +257,64 @@ def test_image_format_reencodes_and_renames_fields(tmp_path, fmt, image_format, 
 def test_image_format_needs_image_max_side(corpus, tmp_path):
     result = run_pack(corpus, tmp_path / "out", "--image-format", "webp")
     assert result.exit_code != 0 and "--image-max-side" in result.output
+
+
+MAP_MODULE = """
+import json
+
+def caption_json(fields, key):
+    if key == "small/d":
+        return None
+    if key == "big/b":
+        raise RuntimeError("cannot caption big/b")
+    text = fields.pop("txt")
+    return {**fields, "json": json.dumps({"caption": text.decode(), "key": key}).encode()}
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", pytest.param("2", marks=pytest.mark.slow)])
+def test_map_gives_new_fields_drops_and_skips_in_the_workers(corpus, tmp_path, write_user_module, monkeypatch,
+                                                            workers):
+    folder = write_user_module("user_caption_map", MAP_MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    result = run_pack(corpus, tmp_path / "out", "--map", "user_caption_map:caption_json", "--workers", workers)
+    assert result.exit_code == 0, result.output
+    manifest = open_manifest(tmp_path / "out")
+    assert manifest.keys() == ["big/a", "small/c"] and manifest.fields == ["jpg", "json"]
+    assert manifest.samples.fields.tolist() == [0b11, 0b11]
+    reasons = {entry["path"]: entry["reason"] for entry in manifest.skipped}
+    assert "returned None" in reasons["small/d.jpg"] and "cannot caption big/b" in reasons["big/b.jpg"]
+    got = stock_wds(tmp_path / "out")
+    assert set(got["big/a"]) == {"jpg", "json", "cls"} and b'"key": "big/a"' in got["big/a"]["json"]
+    assert manifest.options["transforms"] == [{"name": "map", "function": "user_caption_map:caption_json"}]
+    strict = run_pack(corpus, tmp_path / "strict", "--map", "user_caption_map:caption_json", "--strict")
+    assert strict.exit_code != 0 and "cannot caption big/b" in strict.output
+
+
+def test_map_that_removes_the_primary_field_makes_the_next_one_primary(corpus, tmp_path, write_user_module):
+    write_user_module("user_text_only", "def text_only(fields, key):\n    return {'txt': fields['txt']}\n")
+    assert run_pack(corpus, tmp_path / "out", "--map", "user_text_only:text_only").exit_code == 0
+    manifest = open_manifest(tmp_path / "out")
+    assert manifest.extensions == ["txt"] and manifest.fields == ["txt"]
+    assert {manifest.extensions[e] for e in manifest.samples.ext.tolist()} == {"txt"}
+    assert set(manifest.samples.kind.tolist()) == {2}  # text
+    assert dict(zip(manifest.keys(), manifest.samples.size.tolist())) == {
+        key: len(caption.split()) for key, caption in CAPTIONS.items()}
+
+
+def test_map_on_a_source_of_tars(tmp_path, write_user_module):
+    import webdataset as wds
+
+    (tmp_path / "tars").mkdir()
+    with wds.TarWriter(str(tmp_path / "tars" / "a.tar")) as writer:
+        for i in range(4):
+            writer.write({"__key__": f"s{i}", "txt": f"text {i}".encode()})
+    write_user_module("user_upper", "def upper(fields, key):\n    return {'txt': fields['txt'].upper()}\n")
+    assert run_pack(tmp_path / "tars", tmp_path / "out", "--map", "user_upper:upper").exit_code == 0
+    assert {key: sample["txt"] for key, sample in stock_wds(tmp_path / "out").items()} == {
+        f"s{i}": f"TEXT {i}".encode() for i in range(4)}
+
+
+def test_a_missing_map_function_fails_before_any_work(corpus, tmp_path):
+    result = run_pack(corpus, tmp_path / "out", "--map", "no_such_module_here:f")
+    assert result.exit_code != 0 and "no_such_module_here" in result.output and not (tmp_path / "out").exists()
