@@ -133,6 +133,10 @@ def check_dask_address(ctx, param, value):
                    "remove fields) or None to drop the sample (a recorded skip). An exception skips the sample, or "
                    "fails the pack under --strict. MODULE must be importable by every worker. Runs before "
                    "--image-max-side and --tokenizer.")
+@click.option("--dedup", is_flag=True,
+              help="Leave out every sample whose primary field's bytes (as read, before --map and the other "
+                   "transforms) equal an earlier sample's in pack order: a hashing pass (BLAKE2b-128) reads every "
+                   "primary field once before the shards are written. Each one removed is a recorded skip.")
 @click.option("--min-size", type=click.IntRange(min=0), metavar="N",
               help="Skip (and record) a sample whose primary field's final size (pixels, frames, tokens) is below N.")
 @click.option("--max-size", type=click.IntRange(min=0), metavar="N",
@@ -146,7 +150,7 @@ def check_dask_address(ctx, param, value):
 def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file,
                  block_samples, block_bytes, shard_bytes, order, seed, workers, dask_address, size_fn, max_pixels,
                  max_sample_bytes, image_max_side, image_format, image_quality, tokenizer, drop_text, map_function,
-                 min_size, max_size, strict, overwrite):
+                 dedup, min_size, max_size, strict, overwrite):
     """Pack SOURCE into shards and a manifest in OUTPUT: a folder tree or a .csv/.jsonl listing of raw files,
     or existing WebDataset tars, TFRecord files, Parquet or JSONL tables (see --from).
 
@@ -173,7 +177,7 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
                               image_quality=image_quality, tokenizer=tokenizer,
                               drop_text=drop_text, min_size=min_size, max_size=max_size, source_form=from_,
                               source_fields=features or columns, label_field=label_field,
-                              map_function=map_function)
+                              map_function=map_function, dedup=dedup)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite)

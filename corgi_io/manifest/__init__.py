@@ -18,10 +18,10 @@ from __future__ import annotations
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.checks import FORMATS, KINDS
 from corgi_io.manifest.reader import Manifest, open_manifest
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, DEFAULT_MAX_PIXELS, HEAD_NAME, MANIFEST_VERSION, PACK_METADATA,
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, DEFAULT_MAX_PIXELS, DUPLICATE_REASON, HEAD_NAME, MANIFEST_VERSION, PACK_METADATA,
                                       SAMPLE_COLUMNS, column_path, column_schema)
 from corgi_io.manifest.writer import save_column, save_head, save_manifest
 
-__all__ = ["BLOCK_COLUMNS", "COLUMNS_DIR", "DEFAULT_MAX_PIXELS", "FORMATS", "HEAD_NAME", "KINDS", "MANIFEST_VERSION", "Manifest",
+__all__ = ["BLOCK_COLUMNS", "COLUMNS_DIR", "DEFAULT_MAX_PIXELS", "DUPLICATE_REASON", "FORMATS", "HEAD_NAME", "KINDS", "MANIFEST_VERSION", "Manifest",
            "ManifestError", "PACK_METADATA", "SAMPLE_COLUMNS", "column_path", "column_schema", "open_manifest",
            "save_column", "save_head", "save_manifest"]

@@ -36,6 +36,7 @@ BLOCK_COLUMNS = {
 KEY_COLUMNS = {"key_blob": np.uint8, "key_offsets": np.int64}
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's Image.MAX_IMAGE_PIXELS, its decompression-bomb limit: the most pixels
                                  # an image may have in `corgi pack` and in the loader's image decoders
+DUPLICATE_REASON = "its primary field's bytes equal an earlier sample's (--dedup)"  # the skip record of a duplicate
 ROWS_AT_ONCE = 1 << 20  # rows validated in one vectorised step: bounds the temporaries of a full validation
 
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
-from corgi_io.manifest import KINDS
+from corgi_io.manifest import DUPLICATE_REASON, KINDS
 from corgi_io.packing import executors
+from corgi_io.packing.dedup_pass import duplicate_mask
 from corgi_io.packing.grouping import not_regular_reason, too_large_reason
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
@@ -55,6 +56,7 @@ class ShardTask:
     size_filter: SizeFilter | None = None           # then on its final primary size
     primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
     renames: tuple = ()                             # (field, its name after them) for each field they rename
+    duplicates: str | None = None                   # --dedup: the mask of positions to leave out (dedup_pass.py)
 
 
 def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
@@ -128,6 +130,7 @@ class _BlockEncoder:
         self.columns = {name: array.array("Q" if name == "fields" else "q") for name in SAMPLE_FIELDS}
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
         self.renames, self.names, self.max_fields = dict(task.renames), TaskNames(), 0
+        self.duplicates = duplicate_mask(task.duplicates, task.blocks[0], task.blocks[-1])
 
     def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
         """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
@@ -138,6 +141,10 @@ class _BlockEncoder:
                    rows.keys[lo:hi])
         for position, kind, ext, label, joined, key in zip(range(first, stop), *columns):
             names = joined.split("\0")  # the sample's files, primary first
+            if self.duplicates is not None and self.duplicates[position - self.task.blocks[0]]:
+                self.skipped.append({"path": printable(names[0]), "reason": DUPLICATE_REASON})
+                self._lost(names, 0)
+                continue
             paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
             payload, size, extra = self._read_sample(paths, KINDS[kind], names)
             primary = extensions[ext]

@@ -23,7 +23,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
@@ -38,6 +38,7 @@ from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover
 from corgi_io.packing.grouping import warn
 from corgi_io.packing.encode import ShardTask, write_shard
+from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
 from corgi_io.packing.executors import open_executor
 from corgi_io.packing.field_masks import check_field_count, pack_names
 from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial
@@ -107,6 +108,7 @@ class Staged:
     known_fields: tuple  # the field names the walk and the transforms say the samples have (a --map may add others)
     known_extensions: tuple  # the primary field names they say
     renames: tuple       # (field, its name after the transforms) for each field they rename
+    duplicates: str | None = None  # --dedup: the mask of the positions to leave out (dedup_pass.py)
 
 
 def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
@@ -118,6 +120,8 @@ def _pack(source: Path, output: Path, options: PackOptions, fmt, executor, displ
         staged = _walk_and_plan(source, output, options, fmt, display, strict=strict, overwrite=overwrite)
     if staged is None:
         return  # OUTPUT already holds this pack, finished
+    if options.dedup:
+        staged = _deduplicated(executor, staged, options, display)
     records = _write_shards(executor, staged, options, strict, display)
     _write_manifest(staged, records, display)
     finish_output(output)
@@ -208,6 +212,16 @@ def _created():
     return int(epoch)
 
 
+def _deduplicated(executor, staged: Staged, options: PackOptions, display) -> Staged:
+    """`staged` with the duplicates mask of a hashing pass over every shard's rows (dedup_pass.py)."""
+    plan = staged.plan
+    tasks = [HashTask(str(hash_file(staged.partial, shard)), staged.table, *plan.positions(shard), staged.base,
+                      options=options) for shard in range(plan.num_shards)]
+    run_hashes(executor, tasks, display)
+    path, _, _ = find_duplicates([task.out for task in tasks], staged.partial)
+    return replace(staged, duplicates=path)
+
+
 def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, display) -> dict:
     """Run a ShardTask per shard still to write; returns {shard: ShardDone} for every shard, earlier ones too."""
     plan, transforms, size_filter = staged.plan, options.transforms(), options.size_filter()
@@ -215,7 +229,7 @@ def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, 
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
                        strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter,
-                       options.primary_after(), staged.renames)
+                       options.primary_after(), staged.renames, staged.duplicates)
              for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)

@@ -55,6 +55,7 @@ class PackOptions:
     tokenizer: str | None = None        # a tokenizers JSON file: each sample's txt tokenised into tokens.npy, primary
     drop_text: bool = False             # with tokenizer: leave the txt field out
     map_function: str | None = None     # --map MODULE:FUNCTION: a user's function(fields, key) -> new fields or None
+    dedup: bool = False                 # --dedup: leave out a sample whose primary bytes equal an earlier one's
     source_form: str | None = None      # --from: folder, listing, wds, tfrecord, parquet or jsonl; None: detected
     source_fields: tuple = ()           # --features/--columns: (field, feature or column) pairs of a tfrecord/table
     label_field: str | None = None      # --label-field: the WebDataset source field holding the class id (cls)

@@ -41,6 +41,13 @@ class SampleRules:
                 raise PackError(f"sample {sample.key!r}: {exc}") from None
             return {"reason": str(exc)}
 
+    def primary_field(self, sample: PackSample) -> str | None:
+        """The sample's primary field by the rules (--require, --primary, --kind), or None when they leave it out."""
+        if any(name not in sample.fields for name in self.options.require):
+            return None
+        chosen = self._primary(sample.fields)
+        return None if isinstance(chosen, dict) else chosen[0]
+
     def _accept(self, sample: PackSample):
         fields = sample.fields
         missing = [name for name in self.options.require if name not in fields]

@@ -16,6 +16,7 @@ pack killed at any moment and run again gives the same bytes as one that was nev
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -23,6 +24,7 @@ from dataclasses import asdict, replace
 
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, save_manifest
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
+from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
 from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.sources import units as list_units
 from corgi_io.packing.unit_manifest import UnitManifest
@@ -47,14 +49,28 @@ def pack_units(source: str, form: str, output, options, executor, display, *, st
     records = [unit_record_path(partial, index) for index in range(len(units))]
     done = {index: found for index, path in enumerate(records)
             if (found := load_unit_done(path, output)) is not None}
-    tasks = (UnitTask(index, unit, str(output), str(records[index]), read_options, options, strict)
-             for index, unit in enumerate(units) if index not in done)
+    duplicates, bounds = _duplicates(executor, units, partial, read_options, options, display)
+    tasks = (UnitTask(index, unit, str(output), str(records[index]), read_options, options, strict, duplicates,
+                      bounds[index]) for index, unit in enumerate(units) if index not in done)
     display.phase("write", "sample")
     for result in executor.run(write_unit, tasks, display.advance):
         done[result.index] = result
         display.skipped(result.skipped)
     _write_manifest(output, identity, [done[index] for index in range(len(units))], records, created, display)
     finish_output(output)
+
+
+def _duplicates(executor, units: list, partial, read_options: dict, options, display) -> tuple:
+    """(path of the duplicates mask, each unit's (first, stop) samples in it), from a hashing pass over every unit
+    (dedup_pass.py); (None, empty bounds) without --dedup."""
+    if not options.dedup:
+        return None, [(0, 0)] * len(units)
+    tasks = [HashTask(str(hash_file(partial, index)), unit=unit, read_options=read_options, options=options)
+             for index, unit in enumerate(units)]
+    run_hashes(executor, tasks, display)
+    path, counts, _ = find_duplicates([task.out for task in tasks], partial)
+    starts = [0, *itertools.accumulate(counts)]
+    return path, list(zip(starts, starts[1:]))
 
 
 def _write_manifest(output, identity: dict, done: list, records: list, created, display) -> None:

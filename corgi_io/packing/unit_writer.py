@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
+from corgi_io.manifest import DUPLICATE_REASON
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.packing import executors
+from corgi_io.packing.dedup_pass import duplicate_mask
 from corgi_io.packing.plan import PackOptions
 from corgi_io.packing.sample_rules import SampleRules
 from corgi_io.packing.shard_file import ShardFile, naming
@@ -40,6 +42,8 @@ class UnitTask:
     read_options: dict    # what its form's reader takes (label_field, features or columns)
     options: PackOptions
     strict: bool
+    duplicates: str | None = None  # --dedup: the mask of samples to leave out (dedup_pass.py), in stream order
+    bounds: tuple = (0, 0)         # the unit's samples in that mask: [first, stop)
 
 
 def write_unit(task: UnitTask) -> UnitDone:
@@ -49,7 +53,7 @@ def write_unit(task: UnitTask) -> UnitDone:
         with naming(task.output):
             samples = read_unit(task.unit, strict=task.strict, on_skip=writer.reader_skipped, **task.read_options)
             for count, sample in enumerate(samples, 1):
-                writer.add(sample)
+                writer.add(sample, duplicate=writer.duplicates is not None and writer.duplicates[count - 1])
                 if count % REPORT_EVERY == 0:
                     executors.report(*writer.progress())
             done = writer.finish()
@@ -77,14 +81,16 @@ class _UnitWriter:
         self.skipped, self.payload_bytes, self._reported = [], 0, [0, 0]
         self.block_limit = (options.block_bytes, options.block_samples)
         self.shard_limit = max(1, options.shard_bytes - len(self.fmt.TRAILER))
+        self.duplicates = duplicate_mask(task.duplicates, *task.bounds)
 
     def reader_skipped(self, message: str) -> None:
         """A reader's skip (a bad member, record or row): recorded against the unit's file."""
         self.skipped.append({"path": self.task.unit.path, "reason": message.removeprefix("skipped ")})
 
-    def add(self, sample) -> None:
-        """Check, size, transform and encode one sample into the open block (closing it first when full)."""
-        accepted = self.rules.accept(sample)
+    def add(self, sample, duplicate: bool = False) -> None:
+        """Check, size, transform and encode one sample into the open block (closing it first when full); a
+        `duplicate` (--dedup) is only recorded as skipped."""
+        accepted = {"reason": DUPLICATE_REASON} if duplicate else self.rules.accept(sample)
         if isinstance(accepted, dict):  # a skip record
             self.skipped.append(dict(accepted, path=f"{self.task.unit.path}: {sample.key}"))
             return
@@ -164,3 +170,4 @@ class _UnitWriter:
         new = (now[0] - self._reported[0], now[1] - self._reported[1])
         self._reported = now
         return new
+

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.manifest import KINDS, Manifest
+from corgi_io.manifest import DUPLICATE_REASON, KINDS, Manifest
 
 HISTOGRAM_BINS = 16
 BAR_WIDTH = 40
@@ -58,6 +58,7 @@ def summarize(m: Manifest) -> dict:
         "bytes": int(sum(shard_bytes)),
         "payload_bytes": int(s.bytes.sum()),
         "skipped": len(m.skipped),
+        "duplicates": sum(1 for entry in m.skipped if entry.get("reason") == DUPLICATE_REASON),
         "labels": len(m.labels),
         "fields": dict(zip(m.fields, m.field_counts())),  # field name -> samples holding it
         "size": describe(s.size),
@@ -80,7 +81,9 @@ def render(summary: dict) -> str:
     """Terminal text: counts, size tables, a histogram of sizes on log bins, block and shard balance."""
     lines = [f"{counted(summary['samples'], 'sample')} in {counted(summary['blocks'], 'block')} and "
              f"{counted(summary['shards'], summary['format'] + ' shard')}, {_human(summary['bytes'])} "
-             f"({counted(summary['labels'], 'label')}, {counted(summary['skipped'], 'file')} skipped)",
+             f"({counted(summary['labels'], 'label')}, {counted(summary['skipped'], 'file')} skipped"
+             + (f", of which {counted(summary['duplicates'], 'duplicate')} removed by --dedup)"
+                if summary["duplicates"] else ")"),
              "fields: " + ", ".join(f"{name} ({count:,})" for name, count in summary["fields"].items()), ""]
     return "\n".join(lines + _distribution_table(summary) + _histogram_lines(summary["size_histogram"]))
 

@@ -227,3 +227,37 @@ def test_kill_before_every_file_operation_then_rerun_gives_the_same_bytes(tmp_pa
         if not killed:
             break
     assert op > 20, "a pack of three tars makes more file-system operations than that"
+
+
+def test_dedup_leaves_out_later_copies_across_tars(tmp_path, corgi):
+    write_tars(tmp_path / "tars", tars=2)
+    with wds.TarWriter(str(tmp_path / "tars" / "part-009.tar")) as writer:  # copies of two earlier images, new keys
+        writer.write({"__key__": "copy-a", "jpg": jpeg(16, 12, 0), "txt": b"other caption"})
+        writer.write({"__key__": "copy-b", "jpg": jpeg(17, 13, 10), "txt": b"another"})
+        writer.write({"__key__": "fresh", "jpg": jpeg(40, 40, 99), "txt": b"new"})
+    result = corgi(*pack_args(tmp_path / "tars", tmp_path / "out", "--workers", 1, "--dedup"))
+    assert result.exit_code == 0, result.stderr
+    manifest = open_manifest(tmp_path / "out")
+    assert "copy-a" not in manifest.keys() and "copy-b" not in manifest.keys() and "fresh" in manifest.keys()
+    dups = [entry["path"] for entry in manifest.skipped if "--dedup" in entry["reason"]]
+    assert dups == [f"{tmp_path / 'tars' / 'part-009.tar'}: copy-{c}" for c in "ab"]
+    assert manifest.num_samples == 12 + 1 and manifest.options["dedup"] is True
+    assert "2 duplicates removed by --dedup" in corgi("stats", tmp_path / "out").stdout
+
+
+@pytest.mark.slow  # forks a pack per file-system operation
+def test_kill_during_a_dedup_pack_then_rerun_gives_the_same_bytes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    write_tars(tmp_path / "tars", tars=2)
+    with wds.TarWriter(str(tmp_path / "tars" / "part-009.tar")) as writer:
+        writer.write({"__key__": "copy", "jpg": jpeg(16, 12, 0), "txt": b"x"})
+    main(pack_args(tmp_path / "tars", tmp_path / "reference", "--workers", 1, "--dedup"), standalone_mode=False)
+    reference = all_files(tmp_path / "reference")
+    for op in itertools.count(1):
+        args = pack_args(tmp_path / "tars", tmp_path / f"op{op}", "--workers", 1, "--dedup")
+        killed = pack_killed_before_op(args, op)
+        if killed:
+            main(args, standalone_mode=False)
+        assert all_files(tmp_path / f"op{op}") == reference, f"killed before operation {op}"
+        if not killed:
+            break

@@ -318,3 +318,25 @@ def test_map_on_a_source_of_tars(tmp_path, write_user_module):
 def test_a_missing_map_function_fails_before_any_work(corpus, tmp_path):
     result = run_pack(corpus, tmp_path / "out", "--map", "no_such_module_here:f")
     assert result.exit_code != 0 and "no_such_module_here" in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("order, workers", [("keep", "1"), ("shuffle", "1"), pytest.param("shuffle", "2",
+                                                                                      marks=pytest.mark.slow)])
+def test_dedup_keeps_the_first_copy_in_pack_order(tmp_path, order, workers):
+    source = tmp_path / "src"
+    for i in range(8):  # images 0/4, 1/5, 2/6, 3/7 are equal; their captions differ
+        write_image(source / f"c{i % 2}" / f"{i}.jpg", 20 + i % 4, 10, seed=i % 4)
+        (source / f"c{i % 2}" / f"{i}.txt").write_text(f"caption {i}")
+    result = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "out"), "--workers", workers, "--order",
+                                       order, "--dedup"])
+    assert result.exit_code == 0, result.output
+    manifest = open_manifest(tmp_path / "out")
+    keys = manifest.keys()
+    assert len(keys) == 4 and sorted(int(key.split("/")[1]) % 4 for key in keys) == [0, 1, 2, 3]
+    if order == "keep":
+        assert sorted(keys) == ["c0/0", "c0/2", "c1/1", "c1/3"]
+    removed = [entry["path"] for entry in manifest.skipped if "--dedup" in entry["reason"]]
+    assert len(removed) == 4 and not set(removed) & {f"{key}.jpg" for key in keys}
+    again = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "again"), "--workers", "1", "--order",
+                                      order, "--dedup"])
+    assert again.exit_code == 0 and open_manifest(tmp_path / "again").keys() == keys  # the same seed, the same copies

@@ -1,0 +1,131 @@
+"""``corgi pack --dedup``: a hashing pass over every sample before any shard is written, and the duplicates it finds.
+
+Deciding which samples are duplicates needs every sample's hash, so it cannot happen in the same
+tasks that write the shards.  The pass runs first, in the same executor: each task hashes the
+primary field (BLAKE2b-128, `transforms.dedup.content_hash`) of one shard's rows of the pack-order
+table (`hash_rows`), or of one source unit's samples in stream order (`hash_unit`), and saves the
+(n, 2) uint64 hashes to ``.corgi-partial/hash-<n>.npy``; a rerun keeps the files that exist.
+The driver then copies them, in order, into one memory-mapped file and keeps the first of each group of equal
+hashes (`first_occurrences_chunked`, in partitions of at most `PARTITION_ROWS` samples: bounded
+memory at any size), and saves the mask of duplicates as ``duplicates.npy`` (one byte a sample).
+The writing tasks skip the samples it marks, each with a skip record.
+
+"First" is in pack order: the table's order for a folder or listing (the seeded shuffle, or the
+input's order with ``--order keep``), the units' stream order for shards and tables.  The hash is
+of the primary field as read, before ``--map`` and the other transforms.  A sample the pass cannot
+read or give a primary field gets a hash of its own (`UNIQUE`), so that it never hides another.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from corgi_io.errors import BadInput
+from corgi_io.manifest import DUPLICATE_REASON  # noqa: F401  (the skip reason of the samples it marks)
+from corgi_io.packing import executors
+from corgi_io.packing.sample_rules import SampleRules
+from corgi_io.packing.sources import Unit, read_unit
+from corgi_io.packing.table import Table, read_rows
+from corgi_io.packing.transforms.dedup import content_hash, first_occurrences_chunked
+from corgi_io.storage.atomic import atomic_output
+
+UNIQUE = np.uint64(2 ** 64 - 1)  # first half of the hash of a sample that has none: (UNIQUE, its stream index)
+PARTITION_ROWS = 1 << 23         # samples planned in memory at once (about 35 B each)
+
+
+@dataclass(frozen=True)
+class HashTask:
+    """Hash the samples of one shard's rows [first, stop) of `table` (a folder pack) or of one `unit` (a source)."""
+
+    out: str                   # the hash file it writes
+    table: Table | None = None
+    first: int = 0
+    stop: int = 0
+    base: str = ""             # folder that the table's names are relative to
+    unit: Unit | None = None
+    read_options: dict | None = None
+    options: object = None     # the PackOptions (a source's primary field rule)
+
+
+def hash_file(partial: Path, index: int) -> Path:
+    return Path(partial) / f"hash-{index:06d}.npy"
+
+
+def run_hashes(executor, tasks: list, display) -> None:
+    """Run the hash tasks whose file does not exist yet (a rerun keeps the others)."""
+    todo = [task for task in tasks if not Path(task.out).exists()]
+    display.phase("dedup", "sample")
+    for _ in executor.run(hash_task, todo, display.advance):
+        pass
+
+
+def hash_task(task: HashTask) -> int:
+    """Write the task's hashes, one row per sample in order; returns how many."""
+    digests = _unit_digests(task) if task.unit is not None else _row_digests(task)
+    none = struct.Struct("<QQ")
+    hashes = np.frombuffer(b"".join(digest or none.pack(int(UNIQUE), index) for index, digest in enumerate(digests)),
+                           dtype="<u8").reshape(-1, 2)
+    with atomic_output(task.out) as f:
+        np.save(f, hashes, allow_pickle=False)
+    executors.report(len(hashes), 0)
+    return len(hashes)
+
+
+def _row_digests(task: HashTask) -> list:
+    """The digest of each row's primary file (its first name), None for one that cannot be read."""
+    from corgi_io.packing.encode import read_regular_file
+
+    digests = []
+    for first in range(task.first, task.stop, 4096):
+        rows = read_rows(task.table, first, min(first + 4096, task.stop))
+        for joined in rows.names:
+            name = joined.split("\0", 1)[0]
+            try:
+                digests.append(content_hash(read_regular_file(name if name.startswith("/") else
+                                                               f"{task.base}/{name}", task.options.max_sample_bytes)))
+            except (OSError, BadInput):
+                digests.append(None)
+    return digests
+
+
+def _unit_digests(task: HashTask) -> list:
+    """The digest of each sample's primary field, in the unit's stream order (None: no primary by the rules)."""
+    rules, digests = SampleRules(task.options, strict=False), []
+    for sample in read_unit(task.unit, strict=False, on_skip=lambda message: None, **task.read_options):
+        primary = rules.primary_field(sample)
+        digests.append(content_hash(sample.fields[primary]) if primary is not None else None)
+    return digests
+
+
+def find_duplicates(hash_paths: list, partial: Path) -> tuple:
+    """(path of the duplicates mask, samples in each hash file, duplicates found) over the hash files in order."""
+    counts = [len(np.load(path, mmap_mode="r")) for path in hash_paths]
+    total = sum(counts)
+    joined = np.lib.format.open_memmap(Path(partial) / "hashes.npy", mode="w+", dtype=np.uint64, shape=(total, 2))
+    at = 0
+    for path, count in zip(hash_paths, counts):
+        part = np.load(path, mmap_mode="r")
+        part_ids = part.copy()
+        unique = part_ids[:, 0] == UNIQUE
+        part_ids[unique, 1] += np.uint64(at)  # a stream index of its own file: made unique across files
+        joined[at:at + count] = part_ids
+        at += count
+    keep = first_occurrences_chunked(joined, max(1, math.ceil(total / PARTITION_ROWS)))
+    del joined
+    duplicates = ~keep
+    path = Path(partial) / "duplicates.npy"
+    with atomic_output(path) as f:
+        np.save(f, duplicates, allow_pickle=False)
+    (Path(partial) / "hashes.npy").unlink()
+    return str(path), counts, int(duplicates.sum())
+
+
+def duplicate_mask(path: str | None, first: int, stop: int) -> np.ndarray | None:
+    """The duplicates of samples [first, stop) of the pass (a bool array), or None without --dedup."""
+    if path is None:
+        return None
+    return np.array(np.load(path, mmap_mode="r")[first:stop])
