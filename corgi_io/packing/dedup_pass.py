@@ -27,6 +27,7 @@ import numpy as np
 from corgi_io.errors import BadInput
 from corgi_io.manifest import DUPLICATE_REASON  # noqa: F401  (the skip reason of the samples it marks)
 from corgi_io.packing import executors
+from corgi_io.packing.regular_files import read_regular_file
 from corgi_io.packing.sample_rules import SampleRules
 from corgi_io.packing.sources import Unit, read_unit
 from corgi_io.packing.table import Table, read_rows
@@ -77,8 +78,6 @@ def hash_task(task: HashTask) -> int:
 
 def _row_digests(task: HashTask) -> list:
     """The digest of each row's primary file (its first name), None for one that cannot be read."""
-    from corgi_io.packing.encode import read_regular_file
-
     digests = []
     for first in range(task.first, task.stop, 4096):
         rows = read_rows(task.table, first, min(first + 4096, task.stop))

@@ -10,8 +10,6 @@ or on any worker that sees OUTPUT (a shared file system), so the bytes never dep
 from __future__ import annotations
 
 import array
-import os
-import stat
 from dataclasses import dataclass
 
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM, checksum_function
@@ -20,9 +18,8 @@ from corgi_io.formats import get_format
 from corgi_io.manifest import DUPLICATE_REASON, KINDS
 from corgi_io.packing import executors
 from corgi_io.packing.dedup_pass import duplicate_mask
-from corgi_io.packing.grouping import not_regular_reason, too_large_reason
-from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.records import SAMPLE_FIELDS, ShardDone
+from corgi_io.packing.regular_files import read_regular_file
 from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.user_code import load_function
@@ -33,7 +30,6 @@ from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
 from corgi_io.packing.walk import field_name, printable
 
 ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
-MAX_READ = 0x7FFFF000  # the most one read() returns on Linux
 
 
 @dataclass(frozen=True)
@@ -57,35 +53,6 @@ class ShardTask:
     primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
     renames: tuple = ()                             # (field, its name after them) for each field they rename
     duplicates: str | None = None                   # --dedup: the mask of positions to leave out (dedup_pass.py)
-
-
-def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
-    """The bytes of the regular file at `path`, at most `most`; anything else raises BadInput without being read.
-
-    The walk already kept only regular files of at most `most` bytes, but the path may have been
-    swapped or grown since: opened with O_NONBLOCK, a FIFO without a writer cannot block the open,
-    and fstat on the open descriptor decides, so nothing but a regular file is ever read (O_NONBLOCK
-    does not affect those); a file that grows past `most` while it is read is given up 1 MiB later.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInput(not_regular_reason(info.st_mode))
-        if info.st_size > most:
-            raise BadInput(too_large_reason(info.st_size, most))
-        chunks, total, want = [], 0, info.st_size + 1  # all of it in one read, unless it grew since fstat
-        while total <= most and (chunk := os.read(fd, want)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if len(chunk) < min(want, MAX_READ):  # a short read of a regular file is its end
-                break
-            want = 1 << 20
-        if total > most:
-            raise BadInput(f"grew past the limit of {most:,} bytes while it was read (--max-sample-bytes)")
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def write_shard(task: ShardTask) -> ShardDone:
