@@ -10,7 +10,8 @@ fsync'd shards and manifest; litdata's its worker start-up (spawn, its default).
 run interleaved, round after round; each line is the median of the rounds with its ratio against
 litdata.optimize (above 1: faster).  Issue 18 asks for corgi >= 1.5x.
 
-    python bench/pack_resize.py [--n 5000] [--rounds 3] [--max-side 256] [--shard-mib 64] [--workdir bench/out/pack_resize]
+    python bench/pack_resize.py [--n 5000] [--rounds 3] [--max-side 256] [--shard-mib 64]
+                                [--workdir bench/out/pack_resize]
 
 litdata is optional (bench/_litdata.py): without it the bench says so in one line and prints corgi's numbers.
     pip install --no-deps litdata==0.2.76 lightning-utilities filelock boto3 requests
@@ -80,7 +81,8 @@ def report(median: dict, n: int, megabytes: float, args) -> None:
     if baseline is not None:
         corgi = next(name for name in median if name.startswith("corgi"))
         ratio = baseline / median[corgi]
-        print(f"target {corgi} vs {LITDATA}: {ratio:5.2f}x (target >= {TARGET}x: {'met' if ratio >= TARGET else 'NOT met'})")
+        verdict = "met" if ratio >= TARGET else "NOT met"
+        print(f"target {corgi} vs {LITDATA}: {ratio:5.2f}x (target >= {TARGET}x: {verdict})")
 
 
 def main() -> None:

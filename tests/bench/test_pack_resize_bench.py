@@ -1,4 +1,4 @@
-"""Smoke test of bench/pack_resize.py: a small run prints litdata's line, corgi's line with its ratio, and the target."""
+"""Smoke test of bench/pack_resize.py: a small run prints litdata's line, corgi's with its ratio, and the target."""
 from __future__ import annotations
 
 import re
