@@ -24,3 +24,16 @@ def optimize(litdata, fn, inputs: list, output_dir, workers: int, chunk_bytes: i
     silences its progress bar and its per-worker lines, so that a bench prints only its own lines."""
     litdata.optimize(fn=fn, inputs=inputs, output_dir=str(output_dir), num_workers=workers,
                      chunk_bytes=chunk_bytes, verbose=False)
+
+
+def fixed_cost(litdata, fn, inputs: list, output_dir, workers: int, chunk_bytes: int) -> float:
+    """Seconds of an `optimize` of the first `workers` inputs only: litdata's fixed cost (spawned workers'
+    start-up, index writing), printed beside a bench's lines to read its ratio; `output_dir` is removed after."""
+    import shutil
+    import time
+
+    start = time.perf_counter()
+    optimize(litdata, fn, inputs[:workers], output_dir, workers, chunk_bytes)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(output_dir, ignore_errors=True)
+    return seconds

@@ -55,25 +55,31 @@ def run_corgi(source: Path, out: Path, max_side: int, shard_bytes: int) -> None:
     pack(source, out, options, workers=WORKERS, overwrite=True, progress=False)
 
 
-def contenders(source: Path, files: list, args) -> dict:
-    """{name: run(out)}: litdata.optimize first when it imports (else its note is printed), then corgi."""
+def contenders(source: Path, files: list, args) -> tuple:
+    """({name: run(out)}, fixed_cost(out) or None): litdata.optimize first when it imports (else its note is
+    printed), then corgi; fixed_cost times litdata on 2 inputs only (`_litdata.fixed_cost`)."""
     shard_bytes = args.shard_mib << 20
     litdata, note = _litdata.import_litdata()
-    runs = {}
+    runs, fixed_cost = {}, None
     if litdata is None:
         print(note)
     else:
         fn = functools.partial(litdata_resize, max_side=args.max_side)
         runs[LITDATA] = lambda out: _litdata.optimize(litdata, fn, files, out, WORKERS, shard_bytes)
+        fixed_cost = lambda out: _litdata.fixed_cost(litdata, fn, files, out, WORKERS, shard_bytes)  # noqa: E731
     runs[f"corgi pack --image-max-side {args.max_side} --workers {WORKERS}"] = \
         lambda out: run_corgi(source, out, args.max_side, shard_bytes)
-    return runs
+    return runs, fixed_cost
 
 
-def report(median: dict, n: int, megabytes: float, args) -> None:
-    """One line per contender (images/s, its ratio against litdata.optimize), then the issue's target."""
+def report(median: dict, n: int, megabytes: float, args, fixed: float | None) -> None:
+    """One line per contender (images/s, its ratio against litdata.optimize), then the issue's target;
+    `fixed`: the seconds of litdata's fixed cost, in a comment line."""
     print(f"# {n} JPEGs 500x375/375x500, {megabytes:.1f} MB -> longer side {args.max_side} (LANCZOS, JPEG q{QUALITY}), "
           f"chunks/shards of {args.shard_mib} MiB, median of {args.rounds} interleaved rounds, warm page cache")
+    if fixed is not None:
+        print(f"# {LITDATA} of {WORKERS} inputs only (its fixed cost: spawned workers, index): {fixed:.1f} s, "
+              f"of its median {median[LITDATA]:.1f} s")
     baseline = median.get(LITDATA)
     for name, seconds in median.items():
         ratio = "" if baseline is None else f" ratio {baseline / seconds:5.2f}x vs {LITDATA}"
@@ -98,8 +104,9 @@ def main() -> None:
     megabytes = sum(Path(p).stat().st_size for p in files) / 1e6
     for path in files:  # warm the page cache for every contender alike
         Path(path).read_bytes()
-    median = run_rounds(contenders(source, files, args), args.workdir / "out", args.rounds)
-    report(median, len(files), megabytes, args)
+    runs, fixed_cost = contenders(source, files, args)
+    median = run_rounds(runs, args.workdir / "out", args.rounds)
+    report(median, len(files), megabytes, args, None if fixed_cost is None else fixed_cost(args.workdir / "out"))
 
 
 if __name__ == "__main__":

@@ -109,18 +109,20 @@ def run_corgi(source: Path, out: Path, tokenizer_file: str, shard_bytes: int) ->
          overwrite=True, progress=False)
 
 
-def contenders(source: Path, files: list, tokenizer_file: str, shard_bytes: int) -> dict:
-    """{name: run(out)}: litdata.optimize first when it imports (else its note is printed), then corgi."""
+def contenders(source: Path, files: list, tokenizer_file: str, shard_bytes: int) -> tuple:
+    """({name: run(out)}, fixed_cost(out) or None): litdata.optimize first when it imports (else its note is
+    printed), then corgi; fixed_cost times litdata on 2 inputs only (`_litdata.fixed_cost`)."""
     litdata, note = _litdata.import_litdata()
-    runs = {}
+    runs, fixed_cost = {}, None
     if litdata is None:
         print(note)
     else:
         fn = functools.partial(litdata_tokenize, tokenizer_file=tokenizer_file)
         runs[LITDATA] = lambda out: _litdata.optimize(litdata, fn, files, out, WORKERS, shard_bytes)
+        fixed_cost = lambda out: _litdata.fixed_cost(litdata, fn, files, out, WORKERS, shard_bytes)  # noqa: E731
     runs[f"corgi pack --tokenizer FILE --workers {WORKERS}"] = \
         lambda out: run_corgi(source, out, tokenizer_file, shard_bytes)
-    return runs
+    return runs, fixed_cost
 
 
 def count_tokens(files: list, tokenizer_file: str) -> int:
@@ -143,10 +145,13 @@ def main() -> None:
     files = sorted(str(p) for p in source.glob("class_*/*.txt"))
     tokenizer_file = train_tokenizer(files[:2000], args.workdir / "bpe-tokenizer.json")
     tokens, megabytes = count_tokens(files, tokenizer_file), sum(Path(p).stat().st_size for p in files) / 1e6
-    median = run_rounds(contenders(source, files, tokenizer_file, args.shard_mib << 20), args.workdir / "out",
-                        args.rounds)
+    runs, fixed_cost = contenders(source, files, tokenizer_file, args.shard_mib << 20)
+    median = run_rounds(runs, args.workdir / "out", args.rounds)
     print(f"# {len(files)} text files, {megabytes:.1f} MB, {tokens} tokens (BPE, {VOCAB} ids, trained on the spot), "
           f"chunks/shards of {args.shard_mib} MiB, median of {args.rounds} interleaved rounds, warm page cache")
+    if fixed_cost is not None:
+        print(f"# {LITDATA} of {WORKERS} inputs only (its fixed cost: spawned workers, index): "
+              f"{fixed_cost(args.workdir / 'out'):.1f} s, of its median {median[LITDATA]:.1f} s")
     baseline = median.get(LITDATA)
     for name, seconds in median.items():
         ratio = "" if baseline is None else f" ratio {baseline / seconds:5.2f}x vs {LITDATA}"

@@ -18,8 +18,9 @@ def test_pack_resize_bench_small_run(tmp_path):
     result = subprocess.run([sys.executable, BENCH, "--n", "12", "--rounds", "1", "--workdir", tmp_path],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    comment, *lines, target = result.stdout.splitlines()
+    comment, fixed, *lines, target = result.stdout.splitlines()
     assert comment.startswith("# 12 JPEGs 500x375/375x500") and "median of 1 interleaved rounds" in comment
+    assert re.fullmatch(r"# litdata.optimize\(num_workers=2\) of 2 inputs only .+: [\d.]+ s, of its median [\d.]+ s", fixed)
     names = [re.match(r"pack-resize (.+?) +[\d.]+ images/s +[\d.]+ MB/s ratio +[\d.]+x vs litdata", line).group(1)
              for line in lines]
     assert names == ["litdata.optimize(num_workers=2)", "corgi pack --image-max-side 256 --workers 2"]

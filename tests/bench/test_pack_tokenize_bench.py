@@ -36,7 +36,8 @@ def test_pack_tokenize_bench_small_run(tmp_path):
     result = subprocess.run([sys.executable, BENCH, "--n", "40", "--rounds", "1", "--workdir", tmp_path],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    comment, *lines = result.stdout.splitlines()
+    comment, fixed, *lines = result.stdout.splitlines()
+    assert re.fullmatch(r"# litdata.optimize\(num_workers=2\) of 2 inputs only .+: [\d.]+ s, of its median [\d.]+ s", fixed)
     assert re.match(r"# 40 text files, [\d.]+ MB, \d+ tokens \(BPE, 2000 ids", comment)
     names = [re.fullmatch(r"pack-tokenize (.+?) +\d+ tokens/s +\d+ docs/s ratio +[\d.]+x vs litdata.optimize"
                           r"\(num_workers=2\)", line).group(1) for line in lines]
