@@ -1,6 +1,7 @@
-"""Benchmark data: a folder of JPEGs whose pixel counts follow a long-tailed (lognormal) law."""
+"""Benchmark data: folders of JPEGs whose pixel counts follow a long-tailed law, and ImageNet-sized photo-like JPEGs."""
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -57,3 +58,38 @@ def drop_page_cache(paths) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def photo_jpeg(rng, width: int, height: int, grain: int = 12, quality: int = 90) -> bytes:
+    """A photo-like JPEG: a smooth colour field plus uniform grain of +-`grain` (more grain: larger files)."""
+    coarse = Image.fromarray(rng.integers(0, 256, (height // 25 + 1, width // 25 + 1, 3), dtype=np.uint8))
+    smooth = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
+    noise = rng.integers(-grain, grain + 1, (height, width, 3), dtype=np.int16)
+    out = io.BytesIO()
+    Image.fromarray(np.clip(smooth + noise, 0, 255).astype(np.uint8)).save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def make_jpegs(n: int, long_side: int, seed: int = 0, grain: int = 12, quality: int = 90) -> list:
+    """`n` photo-like JPEGs in memory, alternately landscape and portrait, 4:3 (500 -> 500x375 and 375x500)."""
+    rng = np.random.default_rng(seed)
+    short = long_side * 3 // 4
+    return [photo_jpeg(rng, *((long_side, short) if i % 2 == 0 else (short, long_side)), grain, quality)
+            for i in range(n)]
+
+
+def make_imagenet_folder(root, n: int = 5000, classes: int = 10, seed: int = 0) -> Path:
+    """`n` ImageNet-sized JPEGs (500x375 and 375x500, about 110 KB: grain 16, quality 95) as
+    `root/class_k/img_i.jpg`, reused if already there (a marker beside the folder says it is complete)."""
+    root = Path(root)
+    marker = root.with_name(root.name + f".complete-{n}-{classes}-{seed}")
+    if marker.exists():
+        return root
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        folder = root / f"class_{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        size = (500, 375) if i % 2 == 0 else (375, 500)
+        (folder / f"img_{i:06d}.jpg").write_bytes(photo_jpeg(rng, *size, grain=16, quality=95))
+    marker.touch()
+    return root

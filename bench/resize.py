@@ -15,33 +15,17 @@ import io
 import sys
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _corpus import make_jpegs  # noqa: E402
 from _timing import interleaved_medians  # noqa: E402
 
 from corgi_io.packing.sample import PackSample  # noqa: E402
 from corgi_io.packing.transforms.image import ImageResize, fit  # noqa: E402
 
 QUALITY = 90
-
-
-def make_jpegs(n: int, long_side: int, seed: int = 0) -> list:
-    """`n` photo-like JPEGs (smooth colour fields plus grain), alternately landscape and portrait, 4:3."""
-    rng = np.random.default_rng(seed)
-    short = long_side * 3 // 4
-    pictures = []
-    for i in range(n):
-        width, height = (long_side, short) if i % 2 == 0 else (short, long_side)
-        coarse = Image.fromarray(rng.integers(0, 256, (height // 25 + 1, width // 25 + 1, 3), dtype=np.uint8))
-        smooth = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
-        grain = rng.integers(-12, 13, (height, width, 3), dtype=np.int16)
-        out = io.BytesIO()
-        Image.fromarray(np.clip(smooth + grain, 0, 255).astype(np.uint8)).save(out, format="JPEG", quality=QUALITY)
-        pictures.append(out.getvalue())
-    return pictures
 
 
 def pillow_loop(pictures: list, max_side: int) -> None:
