@@ -7,8 +7,10 @@
 * table.py - the samples in pack order, which the tasks read; encode.py, shard_file.py, records.py -
   the task that writes one whole shard and its record;
 * sample.py - the pack-time sample (key, label, fields); user_code.py - a user's MODULE:FUNCTION;
-* sources/ - readers of existing tars, TFRecords, Parquet and JSONL as samples (not yet behind `corgi pack`);
-  transforms/ - resize, tokenise, map, filters, dedup on samples (not yet behind `corgi pack`);
+  regular_files.py - reading one input file safely; field_masks.py - each task's field names and masks;
+* sources/ - readers of existing tars, TFRecords, Parquet and JSONL, one unit at a time; unit_pipeline.py,
+  unit_writer.py, unit_records.py, unit_manifest.py, sample_rules.py - packing them, a task per unit;
+* transforms/ - resize, tokenise, map, filters, dedup on samples; dedup_pass.py - --dedup's hashing pass;
 * executors.py - where tasks run (on `corgi_io.processes` or Dask); output.py - OUTPUT's states; progress.py - the
   one progress line; columns.py - the manifest's columns, one at a time; pipeline.py - `pack`.
 """
