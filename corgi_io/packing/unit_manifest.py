@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from corgi_io.packing.columns import LazyColumn
+from corgi_io.packing.keys import equal_key_groups
 from corgi_io.packing.field_masks import check_field_count, pack_names, remap_ids, remap_masks
 from corgi_io.packing.unit_records import UNIT_COLUMNS, load_unit_column
 
@@ -76,6 +77,22 @@ class UnitManifest:
             offsets.append(unit_offsets[1:] + base)
             base += len(blob)
         return np.concatenate(blobs or [np.zeros(0, np.uint8)]), np.concatenate(offsets)
+
+    def repeated_key(self) -> str | None:
+        """A warning line naming a key that two samples share (and the units they come from), or None.
+
+        One sort of the 8-byte key hashes; only samples whose hash repeats are compared by their keys."""
+        key_hash = self._joined("key_hash")
+        blob, offsets = self.keys()
+        groups = equal_key_groups(key_hash, lambda indices: [bytes(blob[offsets[i]:offsets[i + 1]]).decode("utf-8")
+                                                             for i in indices.tolist()])
+        first = min(groups, key=lambda group: group[0], default=None)  # the earliest in pack order
+        if first is None:
+            return None
+        units = np.searchsorted(np.cumsum([unit.samples for unit in self.done]), first[:2], side="right")
+        key = bytes(blob[offsets[first[0]]:offsets[first[0] + 1]]).decode("utf-8")
+        return (f"key {key!r} names two samples (of units {units[0]} and {units[1]}, in unit order); both are packed, "
+                "but errors and skip records that name it are ambiguous")
 
     def _columns(self, name: str):
         for path in self.records:

@@ -25,6 +25,7 @@ from dataclasses import asdict, replace
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, save_manifest
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
+from corgi_io.packing.grouping import warn
 from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.sources import units as list_units
 from corgi_io.packing.unit_manifest import UnitManifest
@@ -77,6 +78,8 @@ def _write_manifest(output, identity: dict, done: list, records: list, created, 
     """The manifest of the finished units, one column at a time."""
     display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     parts = UnitManifest(done, records)
+    if (repeated := parts.repeated_key()) is not None:
+        warn(repeated)
     head = {"format": identity["format"], "options": identity, "labels": parts.labels(), "fields": parts.field_names,
             "max_fields": parts.max_fields(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created())),
             "shards": parts.shards(), "extensions": parts.extensions or [""], "checksum": DEFAULT_CHECKSUM,

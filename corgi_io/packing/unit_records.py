@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from corgi_io.packing.field_masks import TaskNames
+from corgi_io.packing.keys import stable_key_hash
 from corgi_io.storage.atomic import atomic_output
 
 UNIT_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dtype)
@@ -34,6 +35,7 @@ UNIT_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dt
     "ext": ("H", np.uint16),         # index into the unit's extensions: its primary field's name
     "label": ("i", np.int32),        # class id, -1: unlabeled
     "fields": ("Q", np.uint64),      # bit i: it has the unit's field i
+    "key_hash": ("q", np.int64),     # keys.stable_key_hash of its key (candidates for equal keys)
     "key_offsets": ("q", np.int64),  # its key is key_blob[key_offsets[i]:key_offsets[i + 1]] (one more entry)
 }
 
@@ -76,11 +78,12 @@ class UnitColumns:
         offset, length, data_offset, nbytes, size, crc, kind, ext, label, mask, key = row
         while len(self.shard_starts) <= shard:
             self.shard_starts.append(self.count)
+        key = key.encode("utf-8")
         values = (shard, self.blocks, base + offset, length, base + data_offset, nbytes, size, crc, kind, ext, label,
-                  mask)
+                  mask, stable_key_hash(key))
         for name, value in zip(UNIT_COLUMNS, values):
             self.columns[name].append(value)
-        self.keys += key.encode("utf-8")
+        self.keys += key
         self.columns["key_offsets"].append(len(self.keys))
 
     def end_block(self) -> None:

@@ -261,3 +261,17 @@ def test_kill_during_a_dedup_pack_then_rerun_gives_the_same_bytes(tmp_path, monk
         assert all_files(tmp_path / f"op{op}") == reference, f"killed before operation {op}"
         if not killed:
             break
+
+
+def test_a_key_in_two_tars_is_packed_twice_with_a_warning(tmp_path, corgi):
+    (tmp_path / "tars").mkdir()
+    for t in range(2):
+        with wds.TarWriter(str(tmp_path / "tars" / f"{t}.tar")) as writer:
+            for i in range(3):
+                writer.write({"__key__": f"{i:06d}", "txt": f"tar {t} sample {i}".encode()})
+    result = corgi(*pack_args(tmp_path / "tars", tmp_path / "out", "--workers", 1))
+    assert result.exit_code == 0, result.stderr
+    assert "key '000000' names two samples (of units 0 and 1" in result.stderr
+    assert open_manifest(tmp_path / "out").num_samples == 6
+    unique = corgi(*pack_args(str(tmp_path / "tars" / "0.tar"), tmp_path / "one", "--workers", 1))
+    assert unique.exit_code == 0 and "names two samples" not in unique.stderr
