@@ -51,6 +51,23 @@ class HashTask:
     read_options: dict | None = None
     options: object = None     # the PackOptions (a source's primary field rule)
 
+    @property
+    def path(self) -> str:
+        """The hash file it writes, for messages (an executor names a failed task by it)."""
+        return self.out
+
+
+@dataclass(frozen=True)
+class HashDone:
+    """What a hash task sends back: how many samples it hashed."""
+
+    samples: int
+
+    @property
+    def progress(self) -> tuple:
+        """(samples, bytes) for executors that cannot relay live reports."""
+        return self.samples, 0
+
 
 def hash_file(partial: Path, index: int) -> Path:
     return Path(partial) / f"hash-{index:06d}.npy"
@@ -64,8 +81,8 @@ def run_hashes(executor, tasks: list, display) -> None:
         pass
 
 
-def hash_task(task: HashTask) -> int:
-    """Write the task's hashes, one row per sample in order; returns how many."""
+def hash_task(task: HashTask) -> HashDone:
+    """Write the task's hashes, one row per sample in order."""
     digests = _unit_digests(task) if task.unit is not None else _row_digests(task)
     none = struct.Struct("<QQ")
     hashes = np.frombuffer(b"".join(digest or none.pack(int(UNIQUE), index) for index, digest in enumerate(digests)),
@@ -73,7 +90,7 @@ def hash_task(task: HashTask) -> int:
     with atomic_output(task.out) as f:
         np.save(f, hashes, allow_pickle=False)
     executors.report(len(hashes), 0)
-    return len(hashes)
+    return HashDone(len(hashes))
 
 
 def _row_digests(task: HashTask) -> list:

@@ -45,6 +45,11 @@ class UnitTask:
     duplicates: str | None = None  # --dedup: the mask of samples to leave out (dedup_pass.py), in stream order
     bounds: tuple = (0, 0)         # the unit's samples in that mask: [first, stop)
 
+    @property
+    def path(self) -> str:
+        """What the task packs, for messages (an executor names a failed task by it): the unit's file."""
+        return self.unit.path if self.unit.part < 0 else f"{self.unit.path} (row group {self.unit.part})"
+
 
 def write_unit(task: UnitTask) -> UnitDone:
     """Pack the samples of `task.unit` into its shards; bad inputs are skipped (recorded), or fail under strict."""

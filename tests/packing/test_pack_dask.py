@@ -121,6 +121,21 @@ def test_dask_pack_is_the_local_pack_byte_for_byte(client, mixed_corpus, fixed_c
     assert_same_pack(tmp_path / "dask", tmp_path / "local")
 
 
+def test_dask_pack_of_tars_with_dedup_is_the_local_pack_byte_for_byte(client, fixed_clock, tmp_path):
+    import webdataset
+
+    (tmp_path / "tars").mkdir()
+    for t in range(3):
+        with webdataset.TarWriter(str(tmp_path / "tars" / f"{t}.tar")) as writer:
+            for i in range(40):
+                writer.write({"__key__": f"{t}-{i:03d}", "txt": f"sample {i % 25} " .encode() * 50, "cls": b"1"})
+    options = PackOptions(block_samples=3, shard_bytes=8 << 10, dedup=True)
+    local = pack(str(tmp_path / "tars"), tmp_path / "local", options, workers=2)
+    on_dask = pack(str(tmp_path / "tars"), tmp_path / "dask", options, client=client)
+    assert on_dask.num_samples == local.num_samples == 25
+    assert_same_pack(tmp_path / "dask", tmp_path / "local")
+
+
 def test_task_that_keeps_failing_raises_pack_error_naming_its_shard_after_its_retries(client):
     from corgi_io.errors import PackError
     from corgi_io.packing.dask_executor import RETRIES, DaskExecutor
