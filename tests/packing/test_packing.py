@@ -120,10 +120,10 @@ def test_table_rows_and_manifest_gathers(tmp_path):
 
 def test_equal_keys_are_found_even_when_every_hash_collides():
     keys = ["a", "b", "a", "c", "b", "a"]
-    groups = list(key_rules._equal_key_groups(np.zeros(len(keys), dtype=np.int64),
+    groups = list(key_rules.equal_key_groups(np.zeros(len(keys), dtype=np.int64),
                                               lambda idx: [keys[i] for i in idx]))
     assert sorted(groups) == [[0, 2, 5], [1, 4]]
-    distinct = list(key_rules._equal_key_groups(np.zeros(3, dtype=np.int64), lambda idx: [str(i) for i in idx]))
+    distinct = list(key_rules.equal_key_groups(np.zeros(3, dtype=np.int64), lambda idx: [str(i) for i in idx]))
     assert distinct == []
 
 
