@@ -16,13 +16,13 @@ The baseline is the smallest corpus, measured in the same run: the growth per fi
 The corpora are 1 KB text files in 1,000 class folders, ImageNet-like names
 (``n00000123/n00000123_000456.txt``), written with os.open/os.write (about 15 s for 5x10^5).
 
-``--from-tars`` (issue 18, section 4): the driver of a repack of WebDataset tars instead,
-``corgi pack --from wds`` (default sizes 10^5 and 10^6, ``--workers 1``); the corpora are tiny
-samples (a 1-byte .txt and a .cls of 1,000 classes) written by `webdataset.TarWriter` into tars
-of --per-tar samples (about 85 s for 10^6).  With --workers 1 the unit tasks run in the driver,
-so its peak includes one unit's record columns (about 100 B per sample of that unit, freed when
-the unit is done: a constant for a fixed --per-tar); what grows with the corpus is the
-manifest, built from the unit records a column at a time (unit_manifest.py).  Same target.
+``--from-tars`` (issue 18, section 4): the driver of a repack of WebDataset tars instead, ``corgi
+pack --from wds`` (default sizes 10^5 and 10^6, ``--workers 1``); the corpora are tiny samples (a
+1-byte .txt and a .cls of 1,000 classes) written by `webdataset.TarWriter` into tars of --per-tar
+samples (about 20 s per 10^5). With --workers 1 the unit tasks run in the driver, so its peak
+includes one unit's record columns (about 90 B per sample of that unit, twice that while the record
+is saved, freed when the unit is done: a constant for a fixed --per-tar); what grows with the corpus
+is the manifest, built from the unit records a column at a time (unit_manifest.py). Same target.
 
     python bench/pack_memory.py [--sizes 50000 200000 500000] [--workers 2] [--workdir bench/out/pack_memory]
     python bench/pack_memory.py --from-tars [--sizes 100000 1000000] [--per-tar 10000] [--workers 1]
