@@ -93,3 +93,23 @@ def make_imagenet_folder(root, n: int = 5000, classes: int = 10, seed: int = 0) 
         (folder / f"img_{i:06d}.jpg").write_bytes(photo_jpeg(rng, *size, grain=16, quality=95))
     marker.touch()
     return root
+
+def make_wds_tars(root, n: int, per_tar: int, sample, name: str = "part") -> list:
+    """`n` samples written by `webdataset.TarWriter` into `root/<name>-<k>.tar`, `per_tar` in each (reused if already
+    there); `sample(i)` gives the fields of sample i (``__key__`` is added).  Returns the tar paths, sorted."""
+    import webdataset as wds
+
+    root = Path(root)
+    marker = root.with_name(root.name + f".complete-{n}-{per_tar}")  # beside the tars, not among them
+    paths = [root / f"{name}-{k:06d}.tar" for k in range((n + per_tar - 1) // per_tar)]
+    if marker.exists():
+        return paths
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.glob("*.tar"):
+        old.unlink()
+    for k, path in enumerate(paths):
+        with wds.TarWriter(str(path)) as sink:
+            for i in range(k * per_tar, min(n, (k + 1) * per_tar)):
+                sink.write({"__key__": f"{i:08d}", **sample(i)})
+    marker.touch()
+    return paths

@@ -17,14 +17,17 @@ def best_of(function, repeat: int, before=None) -> float:
     return min(times)
 
 
-def interleaved_medians(functions: dict, rounds: int) -> dict:
+def interleaved_medians(functions: dict, rounds: int, before=None) -> dict:
     """{name: median seconds} of `rounds` rounds that each time every function once, in turn.
 
-    Interleaving spreads a noisy neighbour's load over all contenders instead of one.
+    Interleaving spreads a noisy neighbour's load over all contenders instead of one.  `before`
+    (untimed) runs ahead of each call.
     """
     times = {name: [] for name in functions}
     for _ in range(rounds):
         for name, function in functions.items():
+            if before is not None:
+                before()
             start = time.perf_counter()
             function()
             times[name].append(time.perf_counter() - start)
