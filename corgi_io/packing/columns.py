@@ -15,6 +15,23 @@ from corgi_io.packing.field_masks import remap_ids, remap_masks
 from corgi_io.packing.records import SAMPLE_FIELDS, load_column
 from corgi_io.packing.table import gather_column, gather_keys
 
+def block_columns(block_of: np.ndarray, shard, column) -> dict:
+    """The manifest's block columns: a block is each run of samples with one value of `block_of` (a block id per
+    sample in manifest order, dropped once its runs are found); `shard()` and `column(name)` give the samples'
+    shard and record columns (offset, length, size), built one or two at a time."""
+    first = np.flatnonzero(np.diff(block_of, prepend=-1) != 0)
+    count = np.diff(np.append(first, len(block_of)))
+    del block_of
+    last = first + count - 1
+    offset, length = column("offset"), column("length")
+    blocks = dict(shard=shard()[first], offset=offset[first], first=first, count=count,
+                  length=offset[last] + length[last] - offset[first])
+    del offset, length
+    size = column("size")
+    blocks["size_sum"] = np.add.reduceat(size, first) if len(first) else np.zeros(0, np.int64)
+    return blocks
+
+
 class LazyColumn:
     """A column built when numpy first asks for it (``np.asarray`` calls ``__array__``)."""
 
@@ -69,18 +86,8 @@ class ManifestColumns:
 
     def blocks(self) -> dict:
         """A block is a run of written samples that share a planned block (skips may empty or shrink one)."""
-        planned = np.searchsorted(self.plan.block_starts, self.positions, side="right") - 1
-        first = np.flatnonzero(np.diff(planned, prepend=-1) != 0)
-        del planned
-        count = np.diff(np.append(first, len(self.positions)))
-        last = first + count - 1
-        offset, length = self.from_records("offset"), self.from_records("length")
-        blocks = dict(shard=self.shard()[first], offset=offset[first], first=first, count=count,
-                      length=offset[last] + length[last] - offset[first])
-        del offset, length
-        size = self.from_records("size")
-        blocks["size_sum"] = np.add.reduceat(size, first) if len(first) else np.zeros(0, np.int64)
-        return blocks
+        return block_columns(np.searchsorted(self.plan.block_starts, self.positions, side="right") - 1, self.shard,
+                             self.from_records)
 
     def keys(self) -> tuple:
         """(uint8 blob, int64 offsets) of the written samples' keys."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.packing.columns import LazyColumn
+from corgi_io.packing.columns import LazyColumn, block_columns
 from corgi_io.packing.keys import equal_key_groups
 from corgi_io.packing.field_masks import check_field_count, pack_names, remap_ids, remap_masks
 from corgi_io.packing.unit_records import UNIT_COLUMNS, load_unit_column
@@ -56,18 +56,8 @@ class UnitManifest:
 
     def blocks(self) -> dict:
         """A block is a run of samples one unit task closed as a block (it never spans two shards)."""
-        global_block = self._joined_with("block", lambda column, unit, base: column + base, self._block_bases())
-        first = np.flatnonzero(np.diff(global_block, prepend=-1) != 0)
-        del global_block
-        count = np.diff(np.append(first, sum(unit.samples for unit in self.done)))
-        last = first + count - 1
-        offset, length = self._joined("offset"), self._joined("length")
-        blocks = dict(shard=self._shard()[first], offset=offset[first], first=first, count=count,
-                      length=offset[last] + length[last] - offset[first])
-        del offset, length
-        size = self._joined("size")
-        blocks["size_sum"] = np.add.reduceat(size, first) if len(first) else np.zeros(0, np.int64)
-        return blocks
+        return block_columns(self._joined_with("block", lambda column, unit, base: column + base, self._block_bases()),
+                             self._shard, self._joined)
 
     def keys(self) -> tuple:
         """(uint8 blob, int64 offsets) of every sample's key, in manifest order."""

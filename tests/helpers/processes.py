@@ -1,6 +1,9 @@
 """Processes the tests start and watch: the corgi CLI as a subprocess, liveness, slow size functions."""
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -33,3 +36,34 @@ def stop_process(proc) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+TRAPPED = ("mkdir", "rename", "replace", "unlink", "rmdir", "fsync")  # the file-system operations a kill precedes
+
+
+def pack_killed_before_op(args: list, op: int) -> bool:
+    """Fork `corgi <args>` (a pack) that SIGKILLs itself just before its `op`-th file-system operation of TRAPPED
+    (counted in the pack process only, not its workers); True if it was killed, False if it finished first."""
+    from corgi_io.cli import main
+
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        code = 3
+        try:
+            me, count = os.getpid(), itertools.count(1)
+
+            def trap(real):
+                def call(*a, **k):
+                    if os.getpid() == me and next(count) == op:
+                        os.kill(me, signal.SIGKILL)
+                    return real(*a, **k)
+                return call
+            for name in TRAPPED:
+                setattr(os, name, trap(getattr(os, name)))
+            main(args, standalone_mode=False)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, f"the forked pack failed: {status}"
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL

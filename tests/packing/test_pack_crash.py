@@ -29,10 +29,10 @@ from typing import NamedTuple
 
 import pytest
 
-from corgi_io.cli import main
 from corgi_io.manifest import open_manifest
 from helpers.corpus_factory import write_text
 from helpers.processes import CLI, SLOW_SIZES, alive
+from helpers.processes import pack_killed_before_op as fork_pack_killed_before_op
 
 pytestmark = pytest.mark.slow  # launches, forks and kills packs
 
@@ -180,33 +180,9 @@ def test_kill_pack_command_at_many_points(corpus, slow_size_fn, corgi, tmp_path,
 
 # --- kill -9 before each file-system operation of a forked pack -----------------------------------
 
-TRAPPED = ("mkdir", "rename", "replace", "unlink", "rmdir", "fsync")
-
-
 def pack_killed_before_op(root: Path, out: Path, op: int, workers: int) -> bool:
-    """Fork `corgi pack` that SIGKILLs itself just before its `op`-th file-system operation (counted in
-    the pack process only); True if it was killed, False if it finished with fewer operations."""
-    pid = os.fork()
-    if pid == 0:  # the child never returns into pytest
-        code = 3
-        try:
-            me, count = os.getpid(), itertools.count(1)
-
-            def trap(real):
-                def call(*args, **kwargs):
-                    if os.getpid() == me and next(count) == op:
-                        os.kill(me, signal.SIGKILL)
-                    return real(*args, **kwargs)
-                return call
-            for name in TRAPPED:
-                setattr(os, name, trap(getattr(os, name)))
-            main(["pack", str(root), str(out), *OPTIONS, "--workers", str(workers)], standalone_mode=False)
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, f"the forked pack failed: {status}"
-    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    """`corgi pack` of `root` into `out` killed just before its `op`-th file-system operation; True if killed."""
+    return fork_pack_killed_before_op(["pack", str(root), str(out), *OPTIONS, "--workers", str(workers)], op)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
