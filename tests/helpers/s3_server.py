@@ -87,12 +87,14 @@ class MotoServer:
         return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
-    def upload_folder(self, folder: Path, bucket: str, prefix: str) -> str:
-        """Create `bucket` and put every file under `folder` at s3://bucket/prefix/...; returns that URL."""
+    def upload_folder(self, folder: Path, bucket: str, prefix: str, acl: str | None = None) -> str:
+        """Create `bucket` and put every file under `folder` at s3://bucket/prefix/...; returns that URL.
+        `acl="public-read"` makes the objects readable without credentials (s3fs's `anon=True`)."""
         client = self.client()
         client.create_bucket(Bucket=bucket)
+        extra = None if acl is None else {"ACL": acl}
         for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}", ExtraArgs=extra)
         return f"s3://{bucket}/{prefix}"
 
     def __enter__(self) -> "MotoServer":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from corgi_io import PackOptions, open_manifest, pack
+from corgi_io import PackOptions, open_manifest, pack, verify
 from corgi_io.errors import CorruptDataError, StorageError
 from corgi_io.storage.s3 import NO_ENDPOINT_HINT
 from corgi_io.storage import open_storage
@@ -72,6 +72,51 @@ def test_cli_stats_verify_and_plan_take_storage_options(s3, corgi, local_pack, t
     plan = corgi("plan", url, "--world-size", "2", "--json", *nested)
     assert plan.exit_code == 0, plan.output
     assert json.loads(plan.stdout)["samples"] == samples
+
+
+CREDENTIALS_FILE = "[corgi]\naws_access_key_id = from-profile\naws_secret_access_key = from-profile\n"
+# docs/operations.md's storage options (and AWS_PROFILE), each with the environment variables it needs. moto
+# takes any keys, so these show that each option is accepted and that credentials are found where it says
+# (without any, a read fails: test_without_credentials_...), not that the keys are checked.
+DOCUMENTED = {"keys": ({"key": "k", "secret": "s"}, {}),
+              "temporary keys": ({"key": "k", "secret": "s", "token": "t"}, {}),
+              "profile option": ({"profile": "corgi"}, {}),
+              "AWS_PROFILE": ({}, {"AWS_PROFILE": "corgi"}),
+              "region": ({"key": "k", "secret": "s", "client_kwargs": {"region_name": "eu-west-1"}}, {}),
+              "path-style": ({"key": "k", "secret": "s", "config_kwargs": {"s3": {"addressing_style": "path"}}}, {})}
+
+
+@pytest.fixture
+def no_environment_credentials(monkeypatch, tmp_path):
+    """No keys in the environment, and a credentials file whose one profile is "corgi"."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role either: nothing is found by accident
+    (tmp_path / "credentials").write_text(CREDENTIALS_FILE)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_each_documented_option_reads_and_verifies_the_pack(s3, local_pack, no_environment_credentials,
+                                                              monkeypatch, name):
+    server, url = s3
+    options, environment = DOCUMENTED[name]
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    report = verify(url, progress=False, storage_options={**options, "endpoint_url": server.url})
+    assert report.ok and report.samples_checked == open_manifest(local_pack).num_samples
+
+
+def test_without_credentials_a_private_pack_fails_and_anon_reads_a_public_one(s3, local_pack,
+                                                                               no_environment_credentials):
+    server, url = s3
+    with pytest.raises(StorageError, match=r"manifest\.json: lookup failed: NoCredentialsError"):
+        open_manifest(url, {"endpoint_url": server.url})
+    public = server.upload_folder(local_pack, "corgi-public", "pack", acl="public-read")
+    with pytest.raises(PermissionError):  # anon=True sends unsigned requests: a private bucket refuses them
+        open_manifest(url, {"endpoint_url": server.url, "anon": True})
+    report = verify(public, progress=False, storage_options={"endpoint_url": server.url, "anon": True})
+    assert report.ok and report.samples_checked == open_manifest(local_pack).num_samples
 
 
 def dataset(source, server=None, **options):
