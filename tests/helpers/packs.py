@@ -1,4 +1,5 @@
-"""Packs and shard bytes the tests share: synthetic manifests, flipped bytes, files of a pack, a block's bytes."""
+"""Packs and shard bytes the tests share: a small image pack, synthetic manifests, flipped bytes, files of a pack,
+a block's bytes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,17 @@ from pathlib import Path
 import numpy as np
 
 from corgi_io.manifest import save_manifest
+from corgi_io.packing import PackOptions, pack
+from helpers.corpus_factory import make_image_corpus
 
 BLOCK, SHARD_BLOCKS = 64, 4  # the synthetic pack's samples per block and blocks per shard
+
+
+def small_image_pack(root: Path) -> Path:
+    """root/pack: 30 small images in blocks of 4 over 5 shards (root/corpus is its source), for remote stores."""
+    make_image_corpus(root / "corpus", 30, long_tail=False)
+    pack(root / "corpus", root / "pack", PackOptions(block_samples=4, shard_bytes=40_000), workers=1, progress=False)
+    return root / "pack"
 
 
 def synthetic_pack(root, n: int) -> None:

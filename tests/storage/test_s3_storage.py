@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from corgi_io import PackOptions, open_manifest, pack, verify
+from corgi_io import open_manifest, verify
 from corgi_io.errors import CorruptDataError, StorageError
 from corgi_io.storage.s3 import NO_ENDPOINT_HINT
 from corgi_io.storage import open_storage
-from helpers.corpus_factory import make_image_corpus
-from helpers.packs import flip
+from helpers.packs import flip, small_image_pack
 from helpers.s3_server import DUMMY_CREDENTIALS, MotoServer, missing_packages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +41,7 @@ def dummy_credentials(monkeypatch):
 @pytest.fixture(scope="module")
 def local_pack(tmp_path_factory):
     """A pack of 30 small images in blocks of 4, on the local disk."""
-    root = tmp_path_factory.mktemp("s3-pack")
-    make_image_corpus(root / "corpus", 30, long_tail=False)
-    pack(root / "corpus", root / "pack", PackOptions(block_samples=4, shard_bytes=40_000), workers=1, progress=False)
-    return root / "pack"
+    return small_image_pack(tmp_path_factory.mktemp("s3-pack"))
 
 
 @pytest.fixture(scope="module")
