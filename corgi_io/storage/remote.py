@@ -7,12 +7,12 @@ when a remote root is opened, so local packs never load aiohttp or fsspec.
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
 
 import aiohttp
 import fsspec.core
 
 from corgi_io.errors import StorageError
+from corgi_io.storage.hdfs import hdfs_filesystem, is_hdfs
 from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
 from corgi_io.storage.s3 import endpoint_hint, is_connection_error, is_s3, s3_options
 
@@ -82,15 +82,13 @@ class FsspecStorage(RetryingStorage):
 
     def _build_fs(self) -> None:
         """A filesystem of this storage's own: fsspec's instance cache is skipped, since it keys on the options
-        alone and would hand back a client made before the environment changed (AWS_ENDPOINT_URL, ...)."""
+        alone and would hand back a client made before the environment changed (AWS_ENDPOINT_URL, ...).
+        hdfs:// goes to the client corgi_io.storage.hdfs picks, not to the one fsspec registered last."""
+        if is_hdfs(self.root):
+            self._fs, self._root_path = hdfs_filesystem(self.root, self.storage_options)
+            return
         options = s3_options(self.storage_options) if is_s3(self.root) else self.storage_options
-        try:
-            self._fs, self._root_path = fsspec.core.url_to_fs(self.root, skip_instance_cache=True, **options)
-        except ImportError as e:
-            if urlsplit(self.root).scheme in ("hdfs", "arrow_hdfs"):
-                raise ImportError(f"{self.root}: hdfs:// needs pyarrow and a Hadoop client "
-                                  "(libhdfs): pip install 'corgi-io[hdfs]'; see docs/operations.md") from e
-            raise
+        self._fs, self._root_path = fsspec.core.url_to_fs(self.root, skip_instance_cache=True, **options)
 
     def _call(self, what: str, relpath: str, offset: int | None, method: str, *args,
               budget: float | None = None, **kwargs):

@@ -51,18 +51,6 @@ def test_open_storage_picks_backend(tmp_path):
     assert isinstance(open_storage("http://127.0.0.1:1/data/", backend="fsspec"), FsspecStorage)
 
 
-@pytest.mark.slow
-def test_hdfs_without_pyarrow_names_the_extra():
-    """In a fresh interpreter where pyarrow cannot be imported (the dev extra installs it here)."""
-    pytest.importorskip("fsspec.implementations.arrow")
-    code = ("import sys; sys.modules['pyarrow'] = None\n"
-            "from corgi_io.storage import open_storage\n"
-            "try:\n    open_storage('hdfs://namenode:8020/data/imagenet-corgi')\n"
-            "except ImportError as exc:\n    print(exc)\nelse:\n    print('opened')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert "corgi-io[hdfs]" in result.stdout, result.stdout + result.stderr
-
-
 def test_local_read_range_exact(local):
     for offset, length in random_ranges(200, len(DATA)):
         assert local.read_range("shards/a.tar", offset, length) == DATA[offset:offset + length]
