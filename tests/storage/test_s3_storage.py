@@ -56,9 +56,11 @@ def test_cli_stats_verify_and_plan_take_storage_options(s3, corgi, local_pack, t
     samples = open_manifest(local_pack).num_samples
     top = ("--storage-option", f"endpoint_url={server.url}")
     nested = ("--storage-option", f"client_kwargs.endpoint_url={server.url}")
+    path_style = ("--storage-option", f"endpoint_url={server.url}", "--storage-option",
+                  "config_kwargs.s3.addressing_style=path", "--storage-option", "client_kwargs.region_name=eu-west-1")
     options_file = tmp_path / "s3.json"
     options_file.write_text(json.dumps({"endpoint_url": server.url, "retry_seconds": 5}))
-    for options in (top, nested, ("--storage-options", options_file)):
+    for options in (top, nested, path_style, ("--storage-options", options_file)):
         stats = corgi("stats", url, "--json", *options)
         assert stats.exit_code == 0, stats.output
         assert json.loads(stats.stdout)["samples"] == samples
