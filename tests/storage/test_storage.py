@@ -8,8 +8,6 @@ import pickle
 import random
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
