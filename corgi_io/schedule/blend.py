@@ -52,7 +52,7 @@ def check_weights(names, weights) -> np.ndarray:
         raise ArgumentError(f"weights must name exactly the sources {names}; got {sorted(weights)}")
     values = np.array([weights[name] for name in names], dtype=np.float64)
     if not np.all(np.isfinite(values)) or np.any(values < 0) or values.sum() <= 0:
-        raise ArgumentError(f"weights must be finite, non-negative and not all zero; got {dict(zip(names, values))}")
+        raise ArgumentError(f"weights must be finite, non-negative and not all zero; got {dict(zip(names, values.tolist()))}")
     return values / values.sum()
 
 
