@@ -32,6 +32,7 @@ class PieceCache:
         self.folder, self.book, self.verifier = folder, book, verifier
         self.hits = self.fetches = self.refetches = 0
         self._lock = threading.Lock()  # the book and the counters, shared by the reading threads
+        self._warming = None  # the latest `warm` thread
 
     def plan(self, pieces) -> None:
         """The known future from now on: `pieces`, in the order they will be read."""
@@ -101,9 +102,14 @@ class PieceCache:
             except (CorgiError, OSError):
                 return
 
-        thread = threading.Thread(target=run, name="corgi-cache-warm", daemon=True)
-        thread.start()
-        return thread
+        self._warming = threading.Thread(target=run, name="corgi-cache-warm", daemon=True)
+        self._warming.start()
+        return self._warming
+
+    def wait_warm(self) -> None:
+        """Return once the latest `warm` has finished (to count its bytes, or before the folder is removed)."""
+        if self._warming is not None:
+            self._warming.join()
 
     def _worth_fetching(self, key: str, nbytes: int) -> bool:
         """Whether a prefetch of `key` would be kept: not cached yet, and admitted by the policy as things stand."""
