@@ -15,7 +15,6 @@ are any hashable piece names, sizes are bytes, nothing here touches a file.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,18 +24,25 @@ NEVER = float("inf")  # the urgency of a piece that the known future does not re
 
 
 class FutureUses:
-    """The positions at which each piece is read in a known future order (a list of piece keys)."""
+    """The positions at which each piece is read in a known future order (a list of piece keys), and how many
+    of each piece's reads have happened: reads that finish out of order (several in flight) still consume
+    each piece's own next position, so no position is skipped."""
 
     def __init__(self, sequence: Sequence[Hashable]):
         self.positions: dict = {}
         for position, key in enumerate(sequence):
             self.positions.setdefault(key, []).append(position)
+        self.done: dict = {}  # key -> how many of its positions have been read
 
-    def next_use(self, key: Hashable, now: int) -> float:
-        """The first position >= `now` at which `key` is read, or NEVER."""
-        uses = self.positions.get(key, ())
-        i = bisect_left(uses, now)
-        return uses[i] if i < len(uses) else NEVER
+    def next_use(self, key: Hashable) -> float:
+        """The position of the next read of `key`, or NEVER."""
+        uses, done = self.positions.get(key, ()), self.done.get(key, 0)
+        return uses[done] if done < len(uses) else NEVER
+
+    def consume(self, key: Hashable) -> None:
+        """`key` was read at its next position."""
+        if self.next_use(key) != NEVER:
+            self.done[key] = self.done.get(key, 0) + 1
 
 
 @dataclass(frozen=True)
@@ -75,33 +81,32 @@ class EvictionMode:
 
 
 EVICTIONS = {
-    "belady": EvictionMode(lambda book, key: book.future.next_use(key, book.now)),
+    "belady": EvictionMode(lambda book, key: book.future.next_use(key)),
     "lru": EvictionMode(lambda book, key: -book.last_use.get(key, -NEVER)),
 }
 
 
 class CacheBook:
-    """One reader's bookkeeping for a cache: its known future order and position in it, and its past
-    accesses; `access` records a read and returns the policy's `Decision` for keeping its piece."""
+    """One reader's bookkeeping for a cache: its known future order and how far it has read it, and its past
+    accesses; `access` records a read, `decide` gives the policy's `Decision` for keeping its piece."""
 
     def __init__(self, policy: str, limit: int):
         self.mode: EvictionMode = choose("cache_policy", policy, EVICTIONS)
         self.limit = check_at_least("cache_limit", limit, 1, optional=False)
-        self.future, self.now = FutureUses(()), 0
+        self.future = FutureUses(())
         self.last_use: dict = {}  # key -> tick of its latest access
         self.tick = 0
 
     def plan(self, sequence: Sequence[Hashable]) -> None:
         """Start a new known future: `sequence` is read from now on (an epoch's rest and the next epoch)."""
-        self.future, self.now = FutureUses(sequence), 0
+        self.future = FutureUses(sequence)
 
     def access(self, key: Hashable, advance: bool = True) -> None:
-        """Record a read of `key`: the newest access; with `advance`, also the next step of the future order
-        (a prefetch for later records the access without moving the position)."""
+        """Record a read of `key`: the newest access; with `advance`, also its next read in the future order
+        (a prefetch for later records the access and consumes nothing)."""
         self.last_use[key], self.tick = self.tick, self.tick + 1
         if advance:
-            position = self.future.next_use(key, self.now)
-            self.now = self.now if position == NEVER else int(position) + 1
+            self.future.consume(key)
 
     def decide(self, key: Hashable, size: int, cached: Mapping) -> Decision:
         """Keep `key` (just accessed) in a cache holding `cached`? (`decide` with this policy's urgency)."""

@@ -69,10 +69,10 @@ def test_belady_never_fetches_more_than_lru_for_equal_pieces(sequence, capacity)
 @given(sequences, st.lists(st.integers(1, 9), min_size=6, max_size=6), st.integers(1, 20))
 def test_belady_never_evicts_a_piece_used_sooner_than_one_kept(sequence, size_list, limit):
     def check(book, key, cached, decision):
-        soonest_evicted = min((book.future.next_use(k, book.now) for k in decision.evict), default=NEVER)
-        assert all(book.future.next_use(k, book.now) <= soonest_evicted for k in cached if k not in decision.evict)
+        soonest_evicted = min((book.future.next_use(k) for k in decision.evict), default=NEVER)
+        assert all(book.future.next_use(k) <= soonest_evicted for k in cached if k not in decision.evict)
         if decision.evict:  # what a new piece displaces is wanted later than the new piece
-            assert decision.admit and soonest_evicted > book.future.next_use(key, book.now)
+            assert decision.admit and soonest_evicted > book.future.next_use(key)
 
     simulate(sequence, dict(enumerate(size_list)), limit, "belady", check)
 
@@ -100,10 +100,14 @@ def test_decide_refuses_a_piece_above_the_limit_and_evicts_only_what_is_needed()
     assert decide("new", 6, {"a": 3, "b": 3, "c": 3}, 10, urgency).evict == ("b", "c")
 
 
-def test_future_uses_gives_the_next_position():
-    future = FutureUses(["a", "b", "a"])
-    assert [future.next_use("a", now) for now in range(4)] == [0, 2, 2, NEVER]
-    assert future.next_use("z", 0) == NEVER
+def test_future_uses_gives_each_piece_its_next_position_whatever_order_reads_finish_in():
+    future = FutureUses(["a", "b", "a", "c"])
+    future.consume("b")  # finished before the first read of a
+    assert [future.next_use(key) for key in "abcz"] == [0, NEVER, 3, NEVER]
+    future.consume("a")
+    future.consume("a")
+    future.consume("a")  # one read more than the future holds consumes nothing
+    assert [future.next_use(key) for key in "abc"] == [NEVER, NEVER, 3]
 
 
 def test_a_policy_and_limit_are_checked():
