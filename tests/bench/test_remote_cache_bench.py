@@ -17,7 +17,7 @@ BENCH = Path(__file__).parents[2] / "bench" / "remote_cache.py"
 @pytest.mark.slow
 def test_remote_cache_bench_small_run(tmp_path):
     require_nginx()
-    result = subprocess.run([sys.executable, BENCH, "--n", "300", "--block-samples", "16", "--epochs", "3",
+    result = subprocess.run([sys.executable, BENCH, "--n", "300", "--block-samples", "16", "--epochs", "3", "--rounds", "1",
                              "--workdir", tmp_path], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(BENCH.parents[1])})
     assert result.returncode == 0, result.stderr
