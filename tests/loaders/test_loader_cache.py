@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from corgi_io import ArgumentError, PackOptions, pack
 from corgi_io.loaders import CorgiPileDataset
@@ -108,6 +109,21 @@ def test_two_processes_sharing_a_folder_fetch_each_piece_once(url, local_pack, t
     assert all(report["digests"] == want and report["refetches"] == 0 for report in reports)
     assert sum(report["fetches"] for report in reports) == pieces  # a piece one process fetched, the other found
     assert sum(report["remote_bytes"] for report in reports) == ds.storage.bytes_read
+
+
+@pytest.mark.slow
+def test_dataloader_workers_share_the_cache(url, local_pack, tmp_path):
+    limit = pack_bytes(local_pack) // 2
+    cached = CorgiPileDataset(url, **OPTIONS, cache_dir=tmp_path, cache_limit=limit)
+    plain = CorgiPileDataset(url, **OPTIONS)
+    for epoch in range(2):
+        for ds in (cached, plain):
+            ds.set_epoch(epoch)
+        got, want = ([(s["key"], s["data"]) for s in torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None,
+                                                                                timeout=60)]
+                     for ds in (cached, plain))
+        assert sorted(got) == sorted(want) and len(got) == plain.manifest.num_samples
+        assert 0 < folder_bytes(tmp_path) <= limit  # each write is accounted under the folder lock
 
 
 @pytest.mark.slow
