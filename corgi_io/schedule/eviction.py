@@ -77,7 +77,7 @@ def decide(key: Hashable, size: int, cached: Mapping, limit: int, urgency: Calla
 class EvictionMode:
     """One eviction policy: the urgency of a piece for a `CacheBook` (lower: wanted sooner, kept longer)."""
 
-    urgency: Callable[["CacheBook", Hashable], float]
+    urgency: Callable[[CacheBook, Hashable], float]
 
 
 EVICTIONS = {

@@ -35,7 +35,7 @@ def simulate(sequence, sizes, limit, policy, check=None):
 
 def fewest_misses(sequence, capacity) -> int:
     """The optimum by exhaustive search: every choice of keeping, replacing any one piece, or not keeping."""
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def best(i, cached):
         if i == len(sequence):
             return 0
