@@ -37,9 +37,9 @@ class LoaderSpec:
     verify_reads: bool
     max_pixels: int | None
     on_error: str
-    cache_dir: str | None = None  # remote pieces kept there (loaders/cache.py); None: no cache
-    cache_limit: int | None = None  # bytes of pieces the cache holds, with cache_dir
-    cache_policy: str = "belady"  # a `schedule.eviction.EVICTIONS` name
+    cache_dir: str | None  # remote pieces kept there (loaders/cache.py); None: no cache
+    cache_limit: int | None  # bytes of pieces the cache holds, with cache_dir
+    cache_policy: str  # a `schedule.eviction.EVICTIONS` name
 
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
