@@ -88,7 +88,7 @@ class PieceCache:
                 self.folder.write(key, data)
         return data
 
-    def warm(self, items) -> threading.Thread:
+    def warm(self, items) -> None:
         """Fetch `items` ((piece, bytes, fetch) each) into the cache in a background thread, without moving the
         position in the known future; a piece already cached, or one the policy would not keep, is skipped.
 
@@ -104,7 +104,6 @@ class PieceCache:
 
         self._warming = threading.Thread(target=run, name="corgi-cache-warm", daemon=True)
         self._warming.start()
-        return self._warming
 
     def wait_warm(self) -> None:
         """Return once the latest `warm` has finished (to count its bytes, or before the folder is removed)."""

@@ -123,10 +123,10 @@ class PieceReader:
             self.verifier.check_piece(piece, data)
         return data
 
-    def warm(self, pieces):
-        """Fetch `pieces` into the cache in the background, for later (`PieceCache.warm`); the thread."""
+    def warm(self, pieces) -> None:
+        """Fetch `pieces` into the cache in the background, for later (`PieceCache.warm`)."""
         ranges = [(tuple(piece), self.byte_range(piece)) for piece in pieces]
-        return self.cache.warm([(piece, where[2], functools.partial(self.storage.read_range, *where))
+        self.cache.warm([(piece, where[2], functools.partial(self.storage.read_range, *where))
                                 for piece, where in ranges])
 
     def piece_samples(self, piece) -> tuple:
