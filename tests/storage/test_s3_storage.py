@@ -82,6 +82,22 @@ def test_dataset_yields_every_sample_once_per_epoch(s3, local_pack):
     assert dataset.storage.reads > 0
 
 
+def test_dataset_through_a_cache_reads_each_piece_from_s3_once(s3, tmp_path):
+    pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
+    from corgi_io.loaders import CorgiPileDataset
+
+    server, url = s3
+    options = {"storage_options": {"endpoint_url": server.url}, "buffer_blocks": 2, "seed": 0}
+    plain = CorgiPileDataset(url, **options)
+    cached = CorgiPileDataset(url, **options, cache_dir=tmp_path, cache_limit=10**8)
+    for epoch in range(2):
+        for dataset in (plain, cached):
+            dataset.set_epoch(epoch)
+        before = cached.storage.bytes_read
+        assert [s["data"] for s in cached] == [s["data"] for s in plain]
+        assert cached.storage.bytes_read - before == (0 if epoch else plain.storage.bytes_read)
+
+
 ENDPOINT_CHANGED = """
 import os, sys
 from corgi_io.manifest import open_manifest
