@@ -1,15 +1,14 @@
-"""A real S3 server for tests: moto's standalone server (`python -m moto.server`) on 127.0.0.1.
+"""A real S3 server for tests: moto's server application in a process of its own on 127.0.0.1.
 
 s3fs and botocore talk to it over HTTP exactly as to AWS or MinIO: signed requests, ranged GETs,
-HEADs, real connection failures when it is stopped. Credentials are dummies (moto accepts any).
+HEADs, real connection failures when it is stopped or down. Credentials are dummies (moto accepts any).
 """
 from __future__ import annotations
 
-import http.client
+import contextlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from helpers.http_server import free_port
@@ -34,7 +33,8 @@ def missing_packages() -> str | None:
 
 
 class MotoServer:
-    """moto's S3 server on 127.0.0.1:`port` (`url`, the endpoint) until stop(); start() again reuses the port."""
+    """moto's S3 server on 127.0.0.1:`port` (`url`, the endpoint) until stop(); start() again reuses the port
+    (with no buckets), `down()` is an outage after which the buckets are still there."""
 
     def __init__(self):
         self.port = free_port()
@@ -44,29 +44,41 @@ class MotoServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "MotoServer":
-        """Start the server and return once it answers HTTP."""
-        self._proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      env={**os.environ, **DUMMY_CREDENTIALS})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"moto.server exited with status {self._proc.returncode} on port {self.port}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
-                conn.request("GET", "/")
-                conn.getresponse().read()
-                conn.close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"moto.server did not answer on port {self.port} in {timeout} s")
+    def start(self) -> "MotoServer":
+        """Start the server (tests/helpers/moto_process.py) and return once it listens."""
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("moto_process.py")), str(self.port)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True, env={**os.environ, **DUMMY_CREDENTIALS})
+        self._command(None)
+        return self
+
+    def _command(self, word: str | None) -> None:
+        """Send `word` ("down", "up"; None sends nothing) to the server and wait for its "ok"."""
+        if word is not None:
+            self._proc.stdin.write(word + "\n")
+            self._proc.stdin.flush()
+        answer = self._proc.stdout.readline()
+        if answer != "ok\n":
+            status = self._proc.poll()
+            self.stop()
+            raise RuntimeError(f"moto server on port {self.port} answered {answer!r} to {word!r} (exit status {status})")
 
     def stop(self) -> None:
         stop_process(self._proc)
+        if self._proc is not None:
+            self._proc.stdin.close()
+            self._proc.stdout.close()
         self._proc = None
+
+    @contextlib.contextmanager
+    def down(self):
+        """An outage: inside the with-block nothing listens on the port and every open connection is cut;
+        then the server listens again on the same port with its buckets as they were."""
+        self._command("down")
+        try:
+            yield self
+        finally:
+            self._command("up")
 
     def client(self):
         """A boto3 S3 client of this server."""
@@ -75,12 +87,14 @@ class MotoServer:
         return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
-    def upload_folder(self, folder: Path, bucket: str, prefix: str) -> str:
-        """Create `bucket` and put every file under `folder` at s3://bucket/prefix/...; returns that URL."""
+    def upload_folder(self, folder: Path, bucket: str, prefix: str, acl: str | None = None) -> str:
+        """Create `bucket` and put every file under `folder` at s3://bucket/prefix/...; returns that URL.
+        `acl="public-read"` makes the objects readable without credentials (s3fs's `anon=True`)."""
         client = self.client()
         client.create_bucket(Bucket=bucket)
+        extra = None if acl is None else {"ACL": acl}
         for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
+            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}", ExtraArgs=extra)
         return f"s3://{bucket}/{prefix}"
 
     def __enter__(self) -> "MotoServer":

@@ -1,5 +1,6 @@
-"""S3 packs against a real S3 server (moto's, on 127.0.0.1): the CLI's storage options, the dataset,
-an endpoint set in the environment after a first open, and the error when the server is gone."""
+"""S3 packs against a real S3 server (moto's, on 127.0.0.1): the CLI's storage options and the documented
+ones, the dataset (an epoch equal to the local one, resume through StatefulDataLoader, a 5 s outage, a
+damaged object), an endpoint set in the environment after a first open, and the error when the server is gone."""
 from __future__ import annotations
 
 import json
@@ -7,15 +8,19 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from corgi_io import PackOptions, open_manifest, pack
-from corgi_io.errors import StorageError
+from corgi_io import PackOptions, open_manifest, pack, verify
+from corgi_io.errors import CorruptDataError, StorageError
 from corgi_io.storage.s3 import NO_ENDPOINT_HINT
 from corgi_io.storage import open_storage
 from helpers.corpus_factory import make_image_corpus
+from helpers.packs import flip
 from helpers.s3_server import DUMMY_CREDENTIALS, MotoServer, missing_packages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,17 +74,141 @@ def test_cli_stats_verify_and_plan_take_storage_options(s3, corgi, local_pack, t
     assert json.loads(plan.stdout)["samples"] == samples
 
 
-def test_dataset_yields_every_sample_once_per_epoch(s3, local_pack):
+CREDENTIALS_FILE = "[corgi]\naws_access_key_id = from-profile\naws_secret_access_key = from-profile\n"
+# docs/operations.md's storage options (and AWS_PROFILE), each with the environment variables it needs. moto
+# takes any keys, so these show that each option is accepted and that credentials are found where it says
+# (without any, a read fails: test_without_credentials_...), not that the keys are checked.
+DOCUMENTED = {"keys": ({"key": "k", "secret": "s"}, {}),
+              "temporary keys": ({"key": "k", "secret": "s", "token": "t"}, {}),
+              "profile option": ({"profile": "corgi"}, {}),
+              "AWS_PROFILE": ({}, {"AWS_PROFILE": "corgi"}),
+              "region": ({"key": "k", "secret": "s", "client_kwargs": {"region_name": "eu-west-1"}}, {}),
+              "path-style": ({"key": "k", "secret": "s", "config_kwargs": {"s3": {"addressing_style": "path"}}}, {})}
+
+
+@pytest.fixture
+def no_environment_credentials(monkeypatch, tmp_path):
+    """No keys in the environment, and a credentials file whose one profile is "corgi"."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role either: nothing is found by accident
+    (tmp_path / "credentials").write_text(CREDENTIALS_FILE)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_each_documented_option_reads_and_verifies_the_pack(s3, local_pack, no_environment_credentials,
+                                                              monkeypatch, name):
+    server, url = s3
+    options, environment = DOCUMENTED[name]
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    report = verify(url, progress=False, storage_options={**options, "endpoint_url": server.url})
+    assert report.ok and report.samples_checked == open_manifest(local_pack).num_samples
+
+
+def test_without_credentials_a_private_pack_fails_and_anon_reads_a_public_one(s3, local_pack,
+                                                                               no_environment_credentials):
+    server, url = s3
+    with pytest.raises(StorageError, match=r"manifest\.json: lookup failed: NoCredentialsError"):
+        open_manifest(url, {"endpoint_url": server.url})
+    public = server.upload_folder(local_pack, "corgi-public", "pack", acl="public-read")
+    with pytest.raises(PermissionError):  # anon=True sends unsigned requests: a private bucket refuses them
+        open_manifest(url, {"endpoint_url": server.url, "anon": True})
+    report = verify(public, progress=False, storage_options={"endpoint_url": server.url, "anon": True})
+    assert report.ok and report.samples_checked == open_manifest(local_pack).num_samples
+
+
+def dataset(source, server=None, **options):
+    """A CorgiPileDataset of the pack at `source` (given `server`, an s3:// URL read from it), blocks in a
+    seeded order, with little read-ahead: most blocks are read well after iteration starts."""
     pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
     from corgi_io.loaders import CorgiPileDataset
 
+    storage = {} if server is None else {"storage_options": {"endpoint_url": server.url}}
+    return CorgiPileDataset(source, **{"buffer_blocks": 1, "prefetch_blocks": 1, "seed": 0, **storage, **options})
+
+
+def samples_of(ds) -> list:
+    return [(sample["key"], sample["label"], sample["data"]) for sample in ds]
+
+
+def test_every_sample_once_per_epoch_with_the_bytes_of_the_local_pack(s3, local_pack):
     server, url = s3
-    dataset = CorgiPileDataset(url, storage_options={"endpoint_url": server.url}, buffer_blocks=2, seed=0)
+    remote, local = dataset(url, server, buffer_blocks=2), dataset(local_pack, buffer_blocks=2)
     for epoch in range(2):
-        dataset.set_epoch(epoch)
-        keys = [sample["key"] for sample in dataset]
-        assert sorted(keys) == sorted(open_manifest(local_pack).keys())
-    assert dataset.storage.reads > 0
+        remote.set_epoch(epoch)
+        local.set_epoch(epoch)
+        got = samples_of(remote)
+        assert got == samples_of(local)
+        assert sorted(key for key, *_ in got) == sorted(open_manifest(local_pack).keys())
+    assert remote.storage.reads > 0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_mid_epoch_resumes_to_the_rest_of_the_epoch(s3, local_pack, workers):
+    """State after 3 batches of 4, loaded into a new loader: the two parts are the epoch, each sample once."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="pip install torchdata")
+    server, url = s3
+
+    def loader(ds):
+        return stateful.StatefulDataLoader(ds, batch_size=4, num_workers=workers,
+                                           collate_fn=lambda samples: [s["key"] for s in samples])
+
+    first = loader(dataset(url, server, shuffle="window"))
+    consumed = []
+    for batch in first:
+        consumed += batch
+        if len(consumed) == 12:
+            break
+    second = loader(dataset(url, server, shuffle="window"))
+    second.load_state_dict(first.state_dict())
+    rest = [key for batch in second for key in batch]
+    assert rest and Counter(consumed + rest) == Counter(open_manifest(local_pack).keys())
+
+
+def test_an_epoch_rides_out_a_5_s_server_outage(s3, local_pack):
+    """The server stops listening (and cuts its connections) for 5 s mid-epoch, from another thread: reads
+    are retried within the default 20 s budget and the epoch is the local one, every sample once."""
+    server, url = s3
+    ds, stopped = dataset(url, server), threading.Event()
+
+    def outage():
+        with server.down():
+            stopped.set()
+            time.sleep(5)
+
+    outage_thread, got, start = threading.Thread(target=outage), [], time.monotonic()
+    try:
+        for sample in ds:
+            got.append((sample["key"], sample["label"], sample["data"]))
+            if len(got) == 7:
+                outage_thread.start()
+                assert stopped.wait(10)
+    finally:
+        if outage_thread.ident is not None:
+            outage_thread.join()  # the server is back for the other tests
+    assert got == samples_of(dataset(local_pack))
+    assert ds.storage.retried > 0 and time.monotonic() - start >= 5  # the outage was met and waited out
+
+
+def test_a_damaged_object_is_a_corrupt_data_error_naming_the_shard(s3, local_pack, tmp_path):
+    """One shard object overwritten with one byte of a sample flipped: the samples before it come out,
+    then a CorruptDataError names that shard's URL."""
+    server, _ = s3
+    url = server.upload_folder(local_pack, "corgi-damaged", "pack")
+    m = open_manifest(local_pack)
+    victim = m.shards[-1]
+    damaged = tmp_path / "shard"
+    damaged.write_bytes((local_pack / victim.path).read_bytes())
+    flip(damaged, int(m.samples.data_offset[victim.first_sample]))
+    server.client().put_object(Bucket="corgi-damaged", Key=f"pack/{victim.path}", Body=damaged.read_bytes())
+    got = []
+    with pytest.raises(CorruptDataError, match=f"^{url}/{victim.path}: byte offset") as caught:
+        for sample in dataset(url, server, shuffle="none"):
+            got.append(sample["key"])
+    assert caught.value.shard == victim.path and "\n" not in str(caught.value)
+    assert got == m.keys()[:victim.first_sample]
 
 
 def test_dataset_through_a_cache_reads_each_piece_from_s3_once(s3, tmp_path):
@@ -101,7 +230,7 @@ def test_dataset_through_a_cache_reads_each_piece_from_s3_once(s3, tmp_path):
 ENDPOINT_CHANGED = """
 import os, sys
 from corgi_io.manifest import open_manifest
-from corgi_io.errors import StorageError
+from corgi_io.errors import CorruptDataError, StorageError
 name, dead, live, url = sys.argv[1:]
 os.environ[name] = dead
 try:
