@@ -21,6 +21,7 @@ from corgi_io.schedule import EpochPlanner, block_owners, find_states, merge_sta
 from corgi_io.errors import ResumeError
 from corgi_io.storage import open_storage
 
+from corgi_io.loaders.cache import RemoteCache, cached_epoch
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
@@ -60,6 +61,11 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     `drop_last`, which drops the partial batch).  A DataLoader's own `batch_size` batches each worker separately: up
     to K - 1 more batches than `len(loader)` says.  Every rank yields exactly `len(self)` items (samples, or
     batches) per epoch.  Arguments are checked here, before any read (ArgumentError).
+
+    `cache_dir` (with `cache_limit`, bytes) keeps the pieces of a remote pack on local disk, checked when written
+    and when read back, shared safely by the processes of a node; `cache_policy` "belady" (default) evicts the piece
+    whose next use in this reader's known future (this epoch's rest, the next epoch) is furthest, "lru" the least
+    recently read (`corgi_io.loaders.cache`, docs/operations.md).  Local packs are never cached.
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
@@ -67,13 +73,15 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
                  collate_fn=collate_samples, partitions: dict | None = None, read_threads: int | None = None,
                  storage_options: dict | None = None, verify_reads: bool = True,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise"):
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
+                 cache_limit: int | None = None, cache_policy: str = "belady"):
         super().__init__()
         self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
                                   transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
                                   batch_size=batch_size, collate_fn=collate_fn, partitions=partitions,
                                   read_threads=read_threads, storage_options=storage_options,
-                                  verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error)
+                                  verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error,
+                                  cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.decode = get_decoder(decode, self.spec.max_pixels)
         m = self.manifest = open_manifest(source, self.spec.storage_options)
@@ -86,6 +94,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._storage, self._storage_pid = None, None
         self.last_reader = None  # the PieceReader of the latest iteration in this process (for its counters)
         self._progress = Progress()  # this process's place in the epoch, and a loaded state not yet resumed
+        self._remote_cache = RemoteCache(self.spec)  # this process's cache of remote pieces (with cache_dir)
 
     def __getstate__(self):
         """For spawn workers and copies: no storage, no reader (locks), no table (the manifest reopens its columns)."""
@@ -186,10 +195,15 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         """This worker's samples of the epoch, in the plan's order: read, decoded and transformed."""
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
+        cache = self._remote_cache.for_reading(self.manifest, self.storage, self._identity["pack"])
         reader = PieceReader(self.manifest, self.storage, self.spec.prefetch_blocks, self.spec.read_threads,
-                             verify=self.spec.verify_reads)
+                             verify=self.spec.verify_reads, cache=cache)
         self.last_reader = reader
         plan = self._progress.start(self.planner, self.rank, worker, num_workers)
+        if cache is not None:  # the next epoch's plan, as this one's planner would make it, is the known future
+            upcoming = self.spec.planner(self.manifest, self.world_size, self.epoch + 1, self.cost_model,
+                                         self.block_owner).plan(self.rank, worker, num_workers)
+            plan = cached_epoch(reader, plan, upcoming, self.spec.prefetch_blocks)
         decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # video clips follow (seed, epoch, index)
         prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.manifest, self.storage,
                                  f"rank {self.rank} worker {worker}")

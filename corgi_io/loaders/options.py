@@ -3,11 +3,13 @@ once with an ArgumentError naming it, not later (or differently) in every DataLo
 becomes the dataset's frozen `LoaderSpec`, which makes each epoch's planner over the pack's `block_table`."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BALANCES, SHUFFLES, BlockTable, EpochPlanner, loader_planner
+from corgi_io.schedule.eviction import EVICTIONS
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
@@ -35,6 +37,9 @@ class LoaderSpec:
     verify_reads: bool
     max_pixels: int | None
     on_error: str
+    cache_dir: str | None  # remote pieces kept there (loaders/cache.py); None: no cache
+    cache_limit: int | None  # bytes of pieces the cache holds, with cache_dir
+    cache_policy: str  # a `schedule.eviction.EVICTIONS` name
 
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
@@ -80,4 +85,18 @@ def check_options(**options) -> LoaderSpec:
     check_on_error(options["on_error"], batch_size)
     if options["prefetch_blocks"] is None:
         options["prefetch_blocks"] = options["buffer_blocks"]
+    check_cache(options)
     return LoaderSpec(**options)
+
+
+def check_cache(options: dict) -> None:
+    """cache_dir as a str (or None), cache_limit an int >= 1 exactly when there is a cache_dir, a known policy."""
+    choose("cache_policy", options["cache_policy"], EVICTIONS)
+    if options["cache_dir"] is None:
+        if options["cache_limit"] is not None:
+            raise ArgumentError("cache_limit= bounds the cache of cache_dir=: give both, or neither")
+        return
+    if not isinstance(options["cache_dir"], (str, os.PathLike)):
+        raise ArgumentError(f"cache_dir must be a path, got {options['cache_dir']!r}")
+    options["cache_dir"] = os.fspath(options["cache_dir"])
+    options["cache_limit"] = check_at_least("cache_limit", options["cache_limit"], 1, optional=False)

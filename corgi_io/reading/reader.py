@@ -23,6 +23,8 @@ plus the payloads held, sampled whenever a read is submitted (the only moment th
 """
 from __future__ import annotations
 
+import functools
+
 from corgi_io.reading.verify import PieceVerifier
 
 from corgi_io.reading.in_flight import InFlight
@@ -66,12 +68,14 @@ class PieceReader:
     With `verify` (the default) every piece passes `PieceVerifier` in the reading thread: its
     shard's size and every record's checksum are checked before any of its samples is yielded.
     `read_threads` fixes the reads in flight; by default the storage's `reads_in_flight` (first,
-    most) applies, and `InFlight` grows the first towards the most while it pays.
+    most) applies, and `InFlight` grows the first towards the most while it pays.  With a `cache`
+    (`corgi_io.reading.cache.PieceCache`, for remote packs) every piece goes through it, and is
+    checked there, whatever `verify` says.
     """
 
     def __init__(self, manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
-                 verify: bool = True):
-        self.manifest, self.storage = manifest, storage
+                 verify: bool = True, cache=None):
+        self.manifest, self.storage, self.cache = manifest, storage, cache
         self.verifier = PieceVerifier(manifest, storage) if verify else None
         self.splitter = PieceSplitter(manifest)
         self.prefetch_pieces = max(1, prefetch_pieces)
@@ -106,15 +110,24 @@ class PieceReader:
             pieces.close()  # stop the reading threads now, not when the chain is collected
 
     def read_piece(self, piece) -> bytes:
-        """A piece's records: one ranged read, verified when verification is on."""
+        """A piece's records: one ranged read (or the cache's copy), verified when verification is on."""
         _, start, stop = piece
         self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
         if self.verifier is not None:
             self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
-        data = self.in_flight.run(self.storage.read_range, *self.byte_range(piece))
+        fetch = functools.partial(self.in_flight.run, self.storage.read_range, *self.byte_range(piece))
+        if self.cache is not None:
+            return self.cache.read(piece, fetch)  # checked there, fetched or not
+        data = fetch()
         if self.verifier is not None:
             self.verifier.check_piece(piece, data)
         return data
+
+    def warm(self, pieces) -> None:
+        """Fetch `pieces` into the cache in the background, for later (`PieceCache.warm`)."""
+        ranges = [(tuple(piece), self.byte_range(piece)) for piece in pieces]
+        self.cache.warm([(piece, where[2], functools.partial(self.storage.read_range, *where))
+                                for piece, where in ranges])
 
     def piece_samples(self, piece) -> tuple:
         """(the piece's sample dicts, its record bytes, their payload bytes): read, verify and split, in a reading thread."""

@@ -33,11 +33,11 @@ def writer_id() -> str:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, mode: str = "wb"):
+def atomic_output(path: str | os.PathLike, mode: str = "wb", durable: bool = True):
     """Write a local file so readers see the old file or the whole new one, never a part.
 
     Writes `temp_name(name)` beside it, fsyncs, os.replace()s, fsyncs the
-    directory. On an exception before the rename the temp file is removed and `path` is untouched;
+    directory; without `durable` (a cache, whose files are checked when read back) nothing is fsync'd. On an exception before the rename the temp file is removed and `path` is untouched;
     an OSError that names no file (a failed write or fsync, also the directory's: a full disk) is given `path`.
     """
     if mode not in ("wb", "w"):
@@ -47,14 +47,12 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)  # make the rename itself durable
-        finally:
-            os.close(dfd)
+        if durable:
+            _sync_directory(directory)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -63,7 +61,16 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb"):
         raise
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+def _sync_directory(directory: str) -> None:
+    """fsync a directory, which makes a rename in it durable."""
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, durable: bool = True) -> None:
     """Atomically replace `path` with `data` (see atomic_output)."""
-    with atomic_output(path, "wb") as f:
+    with atomic_output(path, "wb", durable) as f:
         f.write(data)

@@ -142,3 +142,34 @@ def test_plan_does_not_import_torch(packed):
             "assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def second_pack(tmp_path_factory, corgi):
+    root = tmp_path_factory.mktemp("plan-second")
+    make_image_corpus(root / "src", 12, seed=5)
+    assert corgi("pack", root / "src", root / "out", "--block-samples", "4", "--workers", "1").exit_code == 0
+    return root / "out"
+
+
+def test_plan_of_a_blend_shows_each_source_against_the_manifests(packed, second_pack, corgi):
+    result = corgi("plan", packed, second_pack, "--weights", "3,1", "--samples-per-epoch", "100", "--world-size", "4",
+                   "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["sources"]
+    assert [(r["samples"], r["quota"], r["per_rank"]) for r in rows] == [(N, 75, 19), (12, 25, 7)]
+    assert [r["passes"] for r in rows] == [75 / N, 25 / 12] and [r["share"] for r in rows] == [0.75, 0.25]
+    whole = corgi("plan", packed, second_pack, "--weights", "4,1", "--samples-per-epoch", "60", "--world-size", "1",
+                  "--json")  # quotas 48 and 12: one whole pass of each, so the size shares are the packs' own
+    sums = [int(np.sum(open_manifest(path).samples.size)) for path in (packed, second_pack)]
+    shares = [r["size_share"] for r in json.loads(whole.stdout)["sources"]]
+    assert shares == pytest.approx([sums[0] / sum(sums), sums[1] / sum(sums)])
+    text = corgi("plan", packed, second_pack, "--weights", "3,1", "--world-size", "2")
+    assert text.exit_code == 0 and "blend of 2 sources" in text.stdout and str(second_pack)[:23] in text.stdout
+
+
+@pytest.mark.parametrize("weights, message", [("-1,1", "non-negative"), ("0,0", "not all zero"), ("1", "1 weights"),
+                                              ("1,x", "not a number")])
+def test_plan_of_a_blend_refuses_bad_weights_in_one_line(packed, second_pack, corgi, weights, message):
+    result = corgi("plan", packed, second_pack, "--weights", weights, "--world-size", "2")
+    assert result.exit_code != 0 and message in result.output

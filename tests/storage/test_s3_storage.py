@@ -209,6 +209,22 @@ def test_a_damaged_object_is_a_corrupt_data_error_naming_the_shard(s3, local_pac
     assert got == m.keys()[:victim.first_sample]
 
 
+def test_dataset_through_a_cache_reads_each_piece_from_s3_once(s3, tmp_path):
+    pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
+    from corgi_io.loaders import CorgiPileDataset
+
+    server, url = s3
+    options = {"storage_options": {"endpoint_url": server.url}, "buffer_blocks": 2, "seed": 0}
+    plain = CorgiPileDataset(url, **options)
+    cached = CorgiPileDataset(url, **options, cache_dir=tmp_path, cache_limit=10**8)
+    for epoch in range(2):
+        for dataset in (plain, cached):
+            dataset.set_epoch(epoch)
+        before = cached.storage.bytes_read
+        assert [s["data"] for s in cached] == [s["data"] for s in plain]
+        assert cached.storage.bytes_read - before == (0 if epoch else plain.storage.bytes_read)
+
+
 ENDPOINT_CHANGED = """
 import os, sys
 from corgi_io.manifest import open_manifest

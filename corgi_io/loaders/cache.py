@@ -1,0 +1,51 @@
+"""A dataset's cache of remote pieces (`cache_dir`, `cache_limit`, `cache_policy`), one per process.
+
+Each process (the main one, or a DataLoader worker) keeps its own `PieceCache` over the shared
+folder ``cache_dir/<pack fingerprint>``, with its own `CacheBook`: the future it knows is its
+own read order, the rest of this epoch's plan then the whole next epoch's (a pure function of
+seed and epoch), and when the reads of this epoch's last buffer are under way it prefetches the
+first `prefetch_blocks` pieces of the next epoch.  Local packs are never cached.  See
+docs/operations.md ("Caching remote packs") and docs/algorithms.md ("Cache eviction").
+"""
+from __future__ import annotations
+
+import os
+
+from corgi_io.reading.cache import PieceCache
+from corgi_io.reading.verify import PieceVerifier
+from corgi_io.schedule.eviction import CacheBook
+from corgi_io.storage.cache_folder import CacheFolder
+
+FINGERPRINT_CHARS = 16  # of the pack's fingerprint, naming its folder in cache_dir
+
+
+class RemoteCache:
+    """The `PieceCache` of one dataset in this process, built on first use (and again in a new process);
+    copies (spawned workers, pickles) carry only the options."""
+
+    def __init__(self, spec):
+        self.spec, self._cache, self._pid = spec, None, None
+
+    def __getstate__(self):
+        return {"spec": self.spec, "_cache": None, "_pid": None}
+
+    def for_reading(self, manifest, storage, pack: str) -> PieceCache | None:
+        """This process's cache of the pack of fingerprint `pack`, or None: no cache_dir, or a local pack."""
+        if self.spec.cache_dir is None or storage.local_path("") is not None:
+            return None
+        if self._pid != os.getpid():
+            folder = CacheFolder(os.path.join(self.spec.cache_dir, pack[:FINGERPRINT_CHARS]))
+            book = CacheBook(self.spec.cache_policy, self.spec.cache_limit)
+            self._cache, self._pid = PieceCache(folder, book, PieceVerifier(manifest, storage)), os.getpid()
+        return self._cache
+
+
+def cached_epoch(reader, plan, next_plan, prefetch: int):
+    """`plan`'s buffers, as the reader reads them through its cache: first the cache learns the known future
+    (this plan's pieces, then `next_plan`'s); once the last buffer has been taken (its reads are under way),
+    the first `prefetch` pieces of `next_plan` are fetched into the cache in the background."""
+    plan, upcoming = list(plan), [tuple(piece) for pieces, _ in next_plan for piece in pieces.tolist()]
+    reader.cache.plan([tuple(piece) for pieces, _ in plan for piece in pieces.tolist()] + upcoming)
+    yield from plan
+    if prefetch:
+        reader.warm(upcoming[:prefetch])

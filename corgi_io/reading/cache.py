@@ -1,0 +1,120 @@
+"""The cache of remote pieces on the read path: pieces kept on local disk, evicted by their next use.
+
+A piece (one ranged read: the records of samples start..stop of one block) read from remote
+storage is checked against the manifest's checksums, then offered to the cache: the reader's
+`CacheBook` (`corgi_io.schedule.eviction`: Belady over the known future, or LRU) says whether to
+keep it and which cached pieces to delete for it, and the `CacheFolder` puts it in place whole.
+A read finds a cached piece, checks it again (a file that fails is deleted and fetched again)
+and fetches nothing.  Several processes share one folder: a piece being fetched is locked, so
+that nobody fetches it twice at once, and the sizes are listed and changed under the folder's
+lock, so that the limit holds for all of them.  `warm` fetches pieces for later in a background
+thread (the next epoch's first pieces, while this epoch ends).
+"""
+from __future__ import annotations
+
+import threading
+
+from corgi_io.errors import CorgiError, CorruptDataError
+
+
+def piece_key(piece) -> str:
+    """The cache's name for a piece (block, start, stop): its sample rows, which fix its bytes in the pack."""
+    _, start, stop = piece
+    return f"{int(start)}-{int(stop)}"
+
+
+class PieceCache:
+    """Pieces of one pack kept in a `CacheFolder` under a `CacheBook`'s policy, checked by a `PieceVerifier`
+    when fetched (before they are written) and whenever they are read back.  Counts its hits, fetches and
+    refetches (cached files that failed their check)."""
+
+    def __init__(self, folder, book, verifier):
+        self.folder, self.book, self.verifier = folder, book, verifier
+        self.hits = self.fetches = self.refetches = 0
+        self._lock = threading.Lock()  # the book and the counters, shared by the reading threads
+        self._warming = None  # the latest `warm` thread
+
+    def plan(self, pieces) -> None:
+        """The known future from now on: `pieces`, in the order they will be read."""
+        with self._lock:
+            self.book.plan([piece_key(piece) for piece in pieces])
+
+    def read(self, piece, fetch, advance: bool = True) -> bytes:
+        """The piece's records: a checked cached copy, else `fetch()` (checked, and kept if the policy says so).
+
+        `advance`: this read is the next step of the known future (False for a prefetch for later).
+        CorruptDataError when the fetched bytes themselves fail their check (nothing is cached then).
+        """
+        key = piece_key(piece)
+        data = self._cached(piece, key, remove_bad=False)
+        if data is None:
+            with self.folder.fetching(key):
+                data = self._cached(piece, key, remove_bad=True)  # another process may just have fetched it
+                if data is None:
+                    return self._fetch(piece, key, fetch, advance)
+        with self._lock:
+            self.hits += 1
+            self.book.access(key, advance)
+        return data
+
+    def _cached(self, piece, key: str, remove_bad: bool) -> bytes | None:
+        """The cached piece if it is there and passes its check; a bad one is deleted (`remove_bad`, under the
+        piece's lock, so that a good copy another process has just written is never the one deleted)."""
+        data = self.folder.read(key)
+        if data is None:
+            return None
+        try:
+            self.verifier.check_piece(piece, data)
+        except CorruptDataError:
+            if remove_bad:
+                self.folder.remove(key)
+                with self._lock:
+                    self.refetches += 1
+            return None
+        return data
+
+    def _fetch(self, piece, key: str, fetch, advance: bool) -> bytes:
+        """Fetch and check the piece, then, under the folder's lock, evict what the policy says and keep it."""
+        data = fetch()
+        self.verifier.check_piece(piece, data)
+        with self.folder.accounting():
+            with self._lock:
+                self.fetches += 1
+                self.book.access(key, advance)
+                decision = self.book.decide(key, len(data), self.folder.sizes())
+            for victim in decision.evict:
+                self.folder.remove(victim)
+            if decision.admit:
+                self.folder.write(key, data)
+        return data
+
+    def warm(self, items) -> None:
+        """Fetch `items` ((piece, bytes, fetch) each) into the cache in a background thread, without moving the
+        position in the known future; a piece already cached, or one the policy would not keep, is skipped.
+
+        A failure ends the warming quietly: the read of that piece in its place meets it and raises it.
+        """
+        def run():
+            try:
+                for piece, nbytes, fetch in items:
+                    if self._worth_fetching(piece_key(piece), nbytes):
+                        self.read(piece, fetch, advance=False)
+            except (CorgiError, OSError):
+                return
+
+        self._warming = threading.Thread(target=run, name="corgi-cache-warm", daemon=True)
+        self._warming.start()
+
+    def wait_warm(self) -> None:
+        """Return once the latest `warm` has finished (to count its bytes, or before the folder is removed)."""
+        if self._warming is not None:
+            self._warming.join()
+
+    def _worth_fetching(self, key: str, nbytes: int) -> bool:
+        """Whether a prefetch of `key` would be kept: not cached yet, and admitted by the policy as things stand."""
+        sizes = self.folder.sizes()
+        if key in sizes:
+            return False
+        with self._lock:
+            self.book.access(key, advance=False)
+            return self.book.decide(key, nbytes, sizes).admit

@@ -1,0 +1,74 @@
+"""A folder of cached pieces on local disk, which the processes of one node share.
+
+Each piece is one file named by its key, written whole under a temporary name and renamed into
+place (`write_atomic`, without fsync: a cached file is checked when it is read back), so a reader
+finds the whole file or none, never a torn one.  Two kinds of lock, each an flock(2) on an empty
+lock file in the folder (the kernel drops it when its holder dies, so a killed process leaves no
+stale lock): `fetching(key)`, one per piece, so that one process fetches a piece while the others
+wait and then find its file; and `accounting()`, the folder's, held while the sizes are listed,
+victims deleted and a new file put in place, so that the limit holds across processes.  Names
+that start with "." (lock files, temporary files) are not pieces and count for nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+from corgi_io.errors import StorageError
+from corgi_io.storage.atomic import write_atomic
+
+
+class CacheFolder:
+    """The files of one pack's cached pieces under `path` (created if missing)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"{self.path}: cannot create the cache folder: {exc.strerror or exc}") from exc
+
+    def read(self, key: str) -> bytes | None:
+        """The cached piece `key`, or None when it is not cached."""
+        try:
+            return (self.path / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, key: str, data: bytes) -> None:
+        """Put piece `key` in place, whole (a temporary name, then a rename)."""
+        write_atomic(self.path / key, data, durable=False)
+
+    def remove(self, key: str) -> None:
+        """Delete piece `key` (a reader that has it open keeps reading the whole old file)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path / key)
+
+    def sizes(self) -> dict:
+        """{key: bytes} of every cached piece."""
+        found = {}
+        for entry in os.scandir(self.path):
+            if not entry.name.startswith("."):
+                with contextlib.suppress(FileNotFoundError):  # deleted by another process meanwhile
+                    found[entry.name] = entry.stat().st_size
+        return found
+
+    def fetching(self, key: str):
+        """The lock of piece `key`, held while it is fetched and written (a context manager)."""
+        return self._locked(f".lock-piece-{key}")
+
+    def accounting(self):
+        """The folder's lock, held while its sizes are listed and changed (a context manager)."""
+        return self._locked(".lock-folder")
+
+    @contextlib.contextmanager
+    def _locked(self, name: str):
+        """An exclusive flock on the lock file `name`: per open file, so threads of one process exclude each other too."""
+        fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
