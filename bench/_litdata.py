@@ -8,6 +8,8 @@ the benches that compare with it install it by hand, without its dependencies:
 from __future__ import annotations
 
 INSTALL = "pip install --no-deps litdata==0.2.76 lightning-utilities filelock boto3 requests"
+WORKERS = 2  # the processes each contender of the pack-time benches gets
+LITDATA = f"litdata.optimize(num_workers={WORKERS})"  # the baseline's name in their lines
 
 
 def import_litdata():
@@ -37,3 +39,15 @@ def fixed_cost(litdata, fn, inputs: list, output_dir, workers: int, chunk_bytes:
     seconds = time.perf_counter() - start
     shutil.rmtree(output_dir, ignore_errors=True)
     return seconds
+
+
+def fixed_cost_line(seconds: float, median: dict) -> str:
+    """The comment line that puts litdata's fixed cost beside its median, so its ratio can be read."""
+    return (f"# {LITDATA} of {WORKERS} inputs only (its fixed cost: spawned workers, index): {seconds:.1f} s, "
+            f"of its median {median[LITDATA]:.1f} s")
+
+
+def ratio_text(median: dict, seconds: float) -> str:
+    """" ratio R.RRx vs litdata.optimize(...)" for a contender's `seconds`, or "" when litdata did not run."""
+    baseline = median.get(LITDATA)
+    return "" if baseline is None else f" ratio {baseline / seconds:5.2f}x vs {LITDATA}"

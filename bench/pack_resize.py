@@ -29,6 +29,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _litdata  # noqa: E402
+from _litdata import LITDATA, WORKERS, fixed_cost_line, ratio_text  # noqa: E402
 from _corpus import make_imagenet_folder  # noqa: E402
 from pack import run_rounds  # noqa: E402
 
@@ -36,9 +37,7 @@ from corgi_io import PackOptions, pack  # noqa: E402
 from corgi_io.packing.transforms.image import fit  # noqa: E402
 
 QUALITY = 90
-WORKERS = 2
 TARGET = 1.5  # issue 18 section 4: corgi >= 1.5x litdata.optimize
-LITDATA = f"litdata.optimize(num_workers={WORKERS})"
 
 
 def litdata_resize(path: str, max_side: int) -> dict:
@@ -78,12 +77,11 @@ def report(median: dict, n: int, megabytes: float, args, fixed: float | None) ->
     print(f"# {n} JPEGs 500x375/375x500, {megabytes:.1f} MB -> longer side {args.max_side} (LANCZOS, JPEG q{QUALITY}), "
           f"chunks/shards of {args.shard_mib} MiB, median of {args.rounds} interleaved rounds, warm page cache")
     if fixed is not None:
-        print(f"# {LITDATA} of {WORKERS} inputs only (its fixed cost: spawned workers, index): {fixed:.1f} s, "
-              f"of its median {median[LITDATA]:.1f} s")
+        print(fixed_cost_line(fixed, median))
     baseline = median.get(LITDATA)
     for name, seconds in median.items():
-        ratio = "" if baseline is None else f" ratio {baseline / seconds:5.2f}x vs {LITDATA}"
-        print(f"pack-resize {name:42s} {n / seconds:8.0f} images/s {megabytes / seconds:7.1f} MB/s{ratio}")
+        print(f"pack-resize {name:42s} {n / seconds:8.0f} images/s {megabytes / seconds:7.1f} MB/s"
+              f"{ratio_text(median, seconds)}")
     if baseline is not None:
         corgi = next(name for name in median if name.startswith("corgi"))
         ratio = baseline / median[corgi]

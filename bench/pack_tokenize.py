@@ -31,13 +31,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _litdata  # noqa: E402
+from _litdata import LITDATA, WORKERS, fixed_cost_line, ratio_text  # noqa: E402
 from pack import run_rounds  # noqa: E402
 
 from corgi_io import PackOptions, pack  # noqa: E402
 
-WORKERS = 2
 VOCAB = 2000
-LITDATA = f"litdata.optimize(num_workers={WORKERS})"
 _LOADED = {}  # tokenizer file -> Tokenizer, in each litdata worker
 
 
@@ -150,12 +149,10 @@ def main() -> None:
     print(f"# {len(files)} text files, {megabytes:.1f} MB, {tokens} tokens (BPE, {VOCAB} ids, trained on the spot), "
           f"chunks/shards of {args.shard_mib} MiB, median of {args.rounds} interleaved rounds, warm page cache")
     if fixed_cost is not None:
-        print(f"# {LITDATA} of {WORKERS} inputs only (its fixed cost: spawned workers, index): "
-              f"{fixed_cost(args.workdir / 'out'):.1f} s, of its median {median[LITDATA]:.1f} s")
-    baseline = median.get(LITDATA)
+        print(fixed_cost_line(fixed_cost(args.workdir / 'out'), median))
     for name, seconds in median.items():
-        ratio = "" if baseline is None else f" ratio {baseline / seconds:5.2f}x vs {LITDATA}"
-        print(f"pack-tokenize {name:38s} {tokens / seconds:10.0f} tokens/s {len(files) / seconds:7.0f} docs/s{ratio}")
+        print(f"pack-tokenize {name:38s} {tokens / seconds:10.0f} tokens/s {len(files) / seconds:7.0f} docs/s"
+              f"{ratio_text(median, seconds)}")
 
 
 if __name__ == "__main__":
