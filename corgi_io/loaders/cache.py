@@ -40,12 +40,20 @@ class RemoteCache:
         return self._cache
 
 
-def cached_epoch(reader, plan, next_plan, prefetch: int):
-    """`plan`'s buffers, as the reader reads them through its cache: first the cache learns the known future
-    (this plan's pieces, then `next_plan`'s); once the last buffer has been taken (its reads are under way),
-    the first `prefetch` pieces of `next_plan` are fetched into the cache in the background."""
-    plan, upcoming = list(plan), [tuple(piece) for pieces, _ in next_plan for piece in pieces.tolist()]
-    reader.cache.plan([tuple(piece) for pieces, _ in plan for piece in pieces.tolist()] + upcoming)
+def cached_epoch(readers, plan, local, next_plan, next_local, prefetch: int):
+    """`plan`'s buffers, as `readers` (one `PieceReader` per source) read them through their caches.
+
+    First each source's cache learns its known future: its pieces of this plan, then of `next_plan` (`local` and
+    `next_local` map a planned piece to (source, piece of that source's pack)); once the last buffer has been taken
+    (its reads are under way), the first `prefetch` pieces of `next_plan` are fetched into the caches in the
+    background."""
+    plan = list(plan)
+    now = [local(piece) for pieces, _ in plan for piece in pieces.tolist()]
+    upcoming = [next_local(piece) for pieces, _ in next_plan for piece in pieces.tolist()]
+    for s, reader in enumerate(readers):
+        if reader.cache is not None:
+            reader.cache.plan([piece for source, piece in now + upcoming if source == s])
     yield from plan
-    if prefetch:
-        reader.warm(upcoming[:prefetch])
+    for s, reader in enumerate(readers):
+        if prefetch and reader.cache is not None:
+            reader.warm([piece for source, piece in upcoming[:prefetch] if source == s])

@@ -9,24 +9,22 @@ dataset holds its checked options (`spec`, frozen) and the epoch's `EpochPlanner
 from __future__ import annotations
 
 import functools
-import os
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from operator import attrgetter
 
 import torch
 
-from corgi_io.manifest import open_manifest
-from corgi_io.reading import PieceReader
-from corgi_io.schedule import EpochPlanner, block_owners, find_states, merge_states, pack_fingerprint
-from corgi_io.errors import ResumeError
-from corgi_io.storage import open_storage
+from corgi_io.errors import ArgumentError, ResumeError
+from corgi_io.schedule import EpochPlanner, find_states, merge_states
 
-from corgi_io.loaders.cache import RemoteCache, cached_epoch
+from corgi_io.loaders.cache import cached_epoch
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
+from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.progress import Progress
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
@@ -66,6 +64,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     and when read back, shared safely by the processes of a node; `cache_policy` "belady" (default) evicts the piece
     whose next use in this reader's known future (this epoch's rest, the next epoch) is furthest, "lru" the least
     recently read (`corgi_io.loaders.cache`, docs/operations.md).  Local packs are never cached.
+
+    A blend reads several packs with weights: ``source={"laion": "s3://...", "cc12m": "/lustre/cc12m"}``,
+    `weights` ({name: weight} or a list in the sources' order; default: each pack's samples) and
+    `samples_per_epoch` (an int, a source's name for one pass over it, or by default all the sources' samples).
+    Each source gives its weight's share of every epoch; one too small is repeated (a fresh order each pass),
+    one too large continues next epoch where this one stopped.  With `batch_size` every batch holds each source
+    within one sample of ``weight * batch_size``; every sample says its `source`.  Balance, shuffles, resume and
+    the cache work per source (`corgi_io.schedule.blend_plan`, docs/algorithms.md); `partitions` does not apply.
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
@@ -74,7 +80,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  collate_fn=collate_samples, partitions: dict | None = None, read_threads: int | None = None,
                  storage_options: dict | None = None, verify_reads: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
-                 cache_limit: int | None = None, cache_policy: str = "belady"):
+                 cache_limit: int | None = None, cache_policy: str = "belady", weights=None,
+                 samples_per_epoch=None):
         super().__init__()
         self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
                                   transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
@@ -84,22 +91,34 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                                   cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.decode = get_decoder(decode, self.spec.max_pixels)
-        m = self.manifest = open_manifest(source, self.spec.storage_options)
-        self.block_owner = None if partitions is None else \
-            block_owners(partitions, [shard.path for shard in m.shards], m.blocks.shard)
+        self.packs = self._open(source, partitions, weights, samples_per_epoch)
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
-        self._planner = None             # the EpochPlanner of (epoch, cost_model), built on first use
+        self._planner = None             # the planner of (epoch, cost_model), built on first use
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
-        self._storage, self._storage_pid = None, None
-        self.last_reader = None  # the PieceReader of the latest iteration in this process (for its counters)
+        self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
         self._progress = Progress()  # this process's place in the epoch, and a loaded state not yet resumed
-        self._remote_cache = RemoteCache(self.spec)  # this process's cache of remote pieces (with cache_dir)
+
+    def _open(self, source, partitions, weights, samples_per_epoch):
+        """The pack (`OnePack`), or for a mapping of sources the blend (`PackBlend`), checked before any read."""
+        if not isinstance(source, Mapping):
+            if weights is not None or samples_per_epoch is not None:
+                raise ArgumentError("weights= and samples_per_epoch= blend several packs: pass source= as a mapping "
+                                    "{name: pack}")
+            return OnePack(source, self.spec, partitions)
+        if partitions is not None:
+            raise ArgumentError("partitions= pins one pack's shards to ranks: it does not apply to a blend")
+        blend = PackBlend(source, self.spec, weights, samples_per_epoch)
+        blend.check_batchable(self.decode, self.spec.batch_size, self.spec.collate_fn)
+        return blend
 
     def __getstate__(self):
-        """For spawn workers and copies: no storage, no reader (locks), no table (the manifest reopens its columns)."""
-        planner = None if self._planner is None else replace(self._planner, table=None)
-        return {**self.__dict__, "_storage": None, "_storage_pid": None, "last_reader": None, "_planner": planner}
+        """For spawn workers and copies: no reader (locks); a pack's planner without its table (the manifest
+        reopens its columns), a blend's planner not at all (rebuilt in the copy)."""
+        planner = self._planner
+        if planner is not None:
+            planner = replace(planner, table=None) if isinstance(planner, EpochPlanner) else None
+        return {**self.__dict__, "last_reader": None, "_planner": planner}
 
     def __setstate__(self, state: dict) -> None:
         """A copy's planner takes the reopened manifest's table: the rank planned at `set_epoch` comes along."""
@@ -108,21 +127,29 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             self._planner = replace(self._planner, table=block_table(self.manifest))
 
     @property
-    def storage(self):
-        """This process's Storage (DataLoader workers each open their own)."""
-        if self._storage_pid != os.getpid():  # None in a new copy, another pid in a forked worker
-            self._storage = open_storage(self.manifest.root, **self.spec.storage_options)
-            self._storage_pid = os.getpid()
-        return self._storage
+    def manifest(self):
+        """The pack's manifest (a blend has one per source: ``packs.packs[s].manifest``)."""
+        if isinstance(self.packs, PackBlend):
+            raise AttributeError("a blend reads several packs: see dataset.packs.packs[s].manifest")
+        return self.packs.manifest
 
     @property
-    def planner(self) -> EpochPlanner:
+    def storage(self):
+        """This process's Storage of the pack (DataLoader workers each open their own)."""
+        return self.packs.storage
+
+    @property
+    def block_owner(self):
+        """Per block its rank under `partitions` (else None)."""
+        return getattr(self.packs, "block_owner", None)
+
+    @property
+    def planner(self):
         """The pure planner of this epoch (and cost model): built once, when either changes (`set_epoch`, a
         loaded state, an epoch published to a worker), so each rank's pieces are planned once per epoch."""
         planner = self._planner  # a worker's copy of the cost model is equal, not the same: compared as text
         if planner is None or (planner.spec.epoch, repr(planner.cost_model)) != (self.epoch, repr(self.cost_model)):
-            self._planner = self.spec.planner(self.manifest, self.world_size, self.epoch, self.cost_model,
-                                              self.block_owner)
+            self._planner = self.packs.planner(self.world_size, self.epoch, self.cost_model)
         return self._planner
 
     def observe(self, seconds: float, sizes) -> None:
@@ -163,11 +190,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     @functools.cached_property
     def _identity(self) -> dict:
-        """What a saved state must agree on to resume this dataset (the world size and workers may differ); once
-        per dataset, as the pack's fingerprint costs O(shards)."""
-        m = self.manifest
-        fingerprint = pack_fingerprint(m.format, m.checksum, m.options, m.shards)
-        return self.spec.identity(fingerprint, partitioned=self.block_owner is not None)
+        """What a saved state must agree on to resume this dataset (the world size and workers may differ)."""
+        return self.spec.identity(self.packs.fingerprint, partitioned=self.block_owner is not None)
 
     def state_dict(self) -> dict:
         """This process's progress through the epoch as small JSON data (StatefulDataLoader collects it per worker)."""
@@ -195,17 +219,16 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         """This worker's samples of the epoch, in the plan's order: read, decoded and transformed."""
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
-        cache = self._remote_cache.for_reading(self.manifest, self.storage, self._identity["pack"])
-        reader = PieceReader(self.manifest, self.storage, self.spec.prefetch_blocks, self.spec.read_threads,
-                             verify=self.spec.verify_reads, cache=cache)
-        self.last_reader = reader
-        plan = self._progress.start(self.planner, self.rank, worker, num_workers)
-        if cache is not None:  # the next epoch's plan, as this one's planner would make it, is the known future
-            upcoming = self.spec.planner(self.manifest, self.world_size, self.epoch + 1, self.cost_model,
-                                         self.block_owner).plan(self.rank, worker, num_workers)
-            plan = cached_epoch(reader, plan, upcoming, self.spec.prefetch_blocks)
+        planner = self.planner
+        reader = self.last_reader = self.packs.reader(planner)
+        plan = self._progress.start(planner, self.rank, worker, num_workers)
+        readers = self.packs.piece_readers(reader)
+        if any(r.cache is not None for r in readers):  # the next epoch's plan is the rest of the known future
+            upcoming = self.packs.planner(self.world_size, self.epoch + 1, self.cost_model)
+            plan = cached_epoch(readers, plan, self.packs.local(planner), upcoming.plan(self.rank, worker, num_workers),
+                                self.packs.local(upcoming), self.spec.prefetch_blocks)
         decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # video clips follow (seed, epoch, index)
-        prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.manifest, self.storage,
+        prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.packs.locate,
                                  f"rank {self.rank} worker {worker}")
         for sample in reader.samples(plan):
             self._progress.yielded += 1

@@ -51,13 +51,13 @@ def wrong_kind(sample: dict, decode, field: str | None = None) -> str | None:
 class SamplePreparer:
     """Decodes and transforms the samples of one worker's epoch under the `on_error` policy (see the module).
 
-    The pack's `manifest` and this process's `storage` locate a failed sample (shard URL, shard path,
-    byte offset) for the messages; `who` names the worker in the warnings (``rank 0 worker 1``).
+    `locate(sample)` gives a failed sample's (shard URL, shard path, payload byte offset) for the messages
+    (`corgi_io.loaders.packs`); `who` names the worker in the warnings (``rank 0 worker 1``).
     """
 
-    def __init__(self, decode, transform, on_error: str, manifest, storage, who: str):
+    def __init__(self, decode, transform, on_error: str, locate, who: str):
         self.decode, self.transform, self.on_error = decode, transform, on_error
-        self.manifest, self.storage, self.who, self.skipped = manifest, storage, who, 0
+        self.locate, self.who, self.skipped = locate, who, 0
 
     def __call__(self, sample: dict):
         """`sample` with its data decoded and transformed; under "skip", the DecodeError of one that failed."""
@@ -104,10 +104,8 @@ class SamplePreparer:
 
     def _error(self, sample: dict, text: str) -> DecodeError:
         """A DecodeError of `sample` saying `text`, after the shard URL and the byte offset of its payload."""
-        samples, index = self.manifest.samples, sample["index"]
-        path, offset = self.manifest.shards[int(samples.shard[index])].path, int(samples.data_offset[index])
-        return DecodeError(f"{self.storage.url(path)}: byte offset {offset}: {text}", shard=path, offset=offset,
-                           key=sample["key"])
+        url, path, offset = self.locate(sample)
+        return DecodeError(f"{url}: byte offset {offset}: {text}", shard=path, offset=offset, key=sample["key"])
 
     def _skip(self, error: DecodeError) -> None:
         self.skipped += 1

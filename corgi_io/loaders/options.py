@@ -44,10 +44,14 @@ class LoaderSpec:
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
         (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them."""
-        return loader_planner(block_table(manifest), world_size, epoch, shuffle=self.shuffle,
-                              buffer_blocks=self.buffer_blocks, seed=self.seed, balance=self.balance,
-                              drop_last=self.drop_last, batch_size=self.batch_size, cost_model=cost_model,
-                              owner=owner)
+        return loader_planner(block_table(manifest), world_size, epoch, cost_model=cost_model, owner=owner,
+                              **self.plan_options)
+
+    @property
+    def plan_options(self) -> dict:
+        """The options an epoch's plan depends on: the keywords of `loader_planner` and `blend_planner`."""
+        return dict(shuffle=self.shuffle, buffer_blocks=self.buffer_blocks, seed=self.seed, balance=self.balance,
+                    drop_last=self.drop_last, batch_size=self.batch_size)
 
     def identity(self, pack: str, partitioned: bool) -> dict:
         """What a saved resume state must agree on to resume a dataset of pack fingerprint `pack` with these

@@ -1,6 +1,7 @@
 """Order stage: hold split samples until the plan lists them, then yield them in the plan's order.
 
-Input: lists of sample dicts (one per piece read) and `Marker(order)` steps that end a buffer.
+Input: ``(first id, sample dicts)`` per piece read (a piece is a run of ids: a pack's sample ids, or a
+blend's virtual ids) and `Marker(order)` steps that end a buffer.
 At a marker the stage yields the samples whose ids `order` lists, in that order.  A listed
 sample may have been read for an earlier buffer (window mode, carried batch remainders), so
 read-but-unlisted samples stay resident, keyed by id, until listed.  A sample read twice
@@ -16,7 +17,8 @@ _data = itemgetter("data")
 
 
 def buffer_order(steps, residency):
-    """Yield the samples of `steps` (sample lists and Marker(order) buffer ends) in each buffer's order.
+    """Yield the samples of `steps` ((first id, sample list) per piece, and Marker(order) buffer ends) in each
+    buffer's order.
 
     `residency` is told of the payload bytes that leave: repeats dropped on arrival, and each
     buffer's yielded samples once the buffer is done (`release_all` when nothing stays resident,
@@ -42,13 +44,13 @@ def buffer_order(steps, residency):
         residency.release(freed)
 
 
-def _hold(samples: list, resident: dict, repeats: dict, residency) -> None:
-    first, last = samples[0]["index"], samples[-1]["index"]   # a piece is a run of ids
-    if resident.keys().isdisjoint(range(first, last + 1)):
-        resident.update(zip(range(first, last + 1), samples))
+def _hold(piece: tuple, resident: dict, repeats: dict, residency) -> None:
+    first, samples = piece
+    ids = range(first, first + len(samples))   # a piece is a run of ids
+    if resident.keys().isdisjoint(ids):
+        resident.update(zip(ids, samples))
         return
-    for sample in samples:   # a piece read again: its samples are yielded as copies of the first
-        index = sample["index"]
+    for index, sample in zip(ids, samples):   # a piece read again: its samples are yielded as copies of the first
         if index in resident:
             repeats[index] = repeats.get(index, 0) + 1
             residency.release(len(sample["data"]))

@@ -101,13 +101,8 @@ class PieceReader:
 
         A sample listed twice (padding can repeat one on a worker) is yielded as two distinct dicts.
         """
-        steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
-        pieces = read_ahead(steps, self.piece_samples, ahead=self.prefetch_pieces, threads=self.read_threads,
-                            on_submit=lambda piece: self.residency.hold(self.byte_range(piece)[2]))
-        try:
-            yield from buffer_order(self._settled(pieces), self.residency)
-        finally:
-            pieces.close()  # stop the reading threads now, not when the chain is collected
+        return ordered_samples(plan, self.piece_samples, lambda piece: self.byte_range(piece)[2], self.residency,
+                               ahead=self.prefetch_pieces, threads=self.read_threads)
 
     def read_piece(self, piece) -> bytes:
         """A piece's records: one ranged read (or the cache's copy), verified when verification is on."""
@@ -130,16 +125,30 @@ class PieceReader:
                                 for piece, where in ranges])
 
     def piece_samples(self, piece) -> tuple:
-        """(the piece's sample dicts, its record bytes, their payload bytes): read, verify and split, in a reading thread."""
+        """(its first sample id, the piece's sample dicts, their payload bytes, its record bytes): read, verify and
+        split, in a reading thread."""
         data = self.read_piece(piece)
-        return (*self.splitter.split(piece, data), len(data))
+        return (int(piece[1]), *self.splitter.split(piece, data), len(data))
 
-    def _settled(self, pieces):
-        """Sample lists and markers on to the order stage; a piece's framing stops counting as held."""
-        for item in pieces:
-            if isinstance(item, Marker):
-                yield item
-                continue
-            samples, payload_bytes, record_bytes = item
-            self.residency.split(record_bytes, payload_bytes)
-            yield samples
+
+def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, threads: int):
+    """The samples of a buffer plan in its order: each piece read by `read(piece)` (-> first id, samples, payload
+    bytes, record bytes) on `threads` threads, at most `ahead` pieces ahead; `nbytes(piece)` is what a read
+    commits, counted in `residency`."""
+    steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
+    pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)))
+    try:
+        yield from buffer_order(_settled(pieces, residency), residency)
+    finally:
+        pieces.close()  # stop the reading threads now, not when the chain is collected
+
+
+def _settled(pieces, residency: Residency):
+    """(first id, samples) and markers on to the order stage; a piece's framing stops counting as held."""
+    for item in pieces:
+        if isinstance(item, Marker):
+            yield item
+            continue
+        first, samples, payload_bytes, record_bytes = item
+        residency.split(record_bytes, payload_bytes)
+        yield first, samples

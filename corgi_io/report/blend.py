@@ -11,7 +11,7 @@ import numpy as np
 
 from corgi_io.arguments import check_at_least
 from corgi_io.report.stats import counted
-from corgi_io.schedule.blend import Sources, check_weights, epoch_quotas, epoch_runs
+from corgi_io.schedule.blend import BlendEpoch, check_weights, epoch_quotas
 from corgi_io.schedule.spec import BlockTable
 
 
@@ -23,16 +23,12 @@ def summarize_blend(names, tables, weights, *, samples_per_epoch: int | None = N
     `world_size` ranks takes a source's quota divided by it (rounded up: padding evens the ranks)."""
     check_at_least("world size", world_size, 1, optional=False)
     weights = check_weights(names, weights)
-    sources = Sources.of(tables)
-    total = int(sources.sample_base[-1])
+    total = sum(table.num_samples for table in tables)
     samples_per_epoch = total if samples_per_epoch is None else int(samples_per_epoch)
     quotas = epoch_quotas(weights, samples_per_epoch)
-    runs, owners = epoch_runs(sources, quotas, seed, epoch)
-    size_taken = np.zeros(len(tables))
-    for s, table in enumerate(tables):
-        prefix = np.concatenate(([0], np.cumsum(np.asarray(table.sizes, np.int64))))
-        mine = runs[owners == s] - sources.sample_base[s]
-        size_taken[s] = float((prefix[mine[:, 2]] - prefix[mine[:, 1]]).sum())
+    blend = BlendEpoch.of(tables, quotas, seed, epoch)
+    size_taken = np.bincount(blend.source, weights=blend.table.size_sum, minlength=len(tables)) \
+        if len(blend.runs) else np.zeros(len(tables))
     size_total = max(size_taken.sum(), 1.0)
     rows = [{"source": name, "weight": float(w), "samples": table.num_samples, "quota": int(q),
              "per_rank": -(-int(q) // world_size),

@@ -1,24 +1,26 @@
-"""Weighted blending of several packs as pure planning: quotas, passes, each epoch's runs, batch composition.
+"""Weighted blending of several packs as pure planning: quotas, passes, the epoch as a virtual pack, batch rows.
 
 A blend reads S packs (sources) with weights w_s.  Its planning needs no I/O and no torch:
 
 * **Quotas.**  An epoch holds `samples_per_epoch` samples; source s gives q_s of them, the
   largest-remainder rounding of ``w_s * samples_per_epoch`` (so ``|q_s / N - w_s| < 1 / N``).
+  Quotas do not depend on the world size, so an elastic resume keeps every later epoch's samples.
 * **Passes (epochized blending).**  Source s is read as an endless stream of passes; pass p is
-  its blocks in the CorgiPile block order of ``(seed, source s, pass p)``, so every pass has a
+  its blocks in the block order of ``(seed, BLEND_PASS * (s + 1) + p)``, so every pass has a
   fresh order and holds each of its samples exactly once.  Epoch e takes positions
   ``[e * q_s, (e + 1) * q_s)`` of that stream: a source too small for its share is repeated
   within the epoch, and one too large continues in epoch e + 1 where epoch e stopped.
-* **Runs.**  The epoch's sample set is a list of runs ``(block, start, stop)`` in *global* ids:
-  source s's blocks and samples follow those of the sources before it (`Sources`).  The runs
-  of all sources are interleaved in proportion (each run placed at the middle of its share of
-  its source's quota), so any stretch of the epoch holds the sources near their weights.
-* **Batches.**  `stratified_counts` gives each batch's samples per source: the floor of
-  ``w_s * B`` plus one for the sources whose running total lags its target most, so every
-  batch is within one sample of ``w_s * B`` for every source, and running totals stay within
-  one of their targets.
+* **The epoch as a virtual pack** (`BlendEpoch`).  Those positions are runs ``(block, start,
+  stop)`` of the source's blocks; each run becomes one *virtual block*, and the epoch's positions
+  get *virtual sample ids*, source after source.  A sample repeated within the epoch (two passes)
+  has two virtual ids, so the loader's planning, worker split and resume (which count samples by
+  id) work on a blend unchanged; the reader maps each virtual piece back to its source.
+* **Rows** (`compose_rows`).  Every rank takes the same count from each source; its samples are
+  dealt into rows (its batches, or interleaving rows of `SAMPLE_ROW` samples without batches)
+  whose per-source counts are within one sample of ``w_s * row`` (deterministic, stratified: the
+  extra samples go to the sources whose running totals lag their targets most).
 
-Cost: O(S + runs) per epoch for the runs, O(batches * S) for the counts; nothing per sample.
+Cost: O(S + runs) per epoch for the virtual pack, O(rows * S) for the rows; nothing per sample.
 """
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ import numpy as np
 
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule.order import block_order
-from corgi_io.schedule.pieces import EMPTY, block_pieces, cut, positions
+from corgi_io.schedule.pieces import EMPTY, block_pieces, cut, piece_counts, positions
 from corgi_io.schedule.spec import BlockTable
 
 BLEND_PASS = 1 << 20  # the pass number offset that keeps a source's pass orders apart from epoch orders
+SAMPLE_ROW = 256  # the interleaving rows of a blend read as samples (no batch_size)
 
 
 def check_weights(names, weights) -> np.ndarray:
@@ -50,7 +53,10 @@ def check_weights(names, weights) -> np.ndarray:
     unknown = sorted(set(weights) - set(names))
     if unknown or set(names) - set(weights):
         raise ArgumentError(f"weights must name exactly the sources {names}; got {sorted(weights)}")
-    values = np.array([weights[name] for name in names], dtype=np.float64)
+    try:
+        values = np.array([weights[name] for name in names], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"weights must be numbers; got {weights}") from None
     if not np.all(np.isfinite(values)) or np.any(values < 0) or values.sum() <= 0:
         raise ArgumentError(f"weights must be finite, non-negative and not all zero; got {dict(zip(names, values.tolist()))}")
     return values / values.sum()
@@ -66,31 +72,13 @@ def epoch_quotas(weights: np.ndarray, samples_per_epoch: int) -> np.ndarray:
     return quotas
 
 
-@dataclass(frozen=True)
-class Sources:
-    """The blended sources as one global id space: per source its first global block and first global sample."""
-
-    tables: tuple          # each source's BlockTable (local ids)
-    block_base: np.ndarray  # int64 (S + 1,): source s's blocks are [block_base[s], block_base[s + 1])
-    sample_base: np.ndarray  # int64 (S + 1,): its samples likewise
-
-    @classmethod
-    def of(cls, tables) -> "Sources":
-        tables = tuple(tables)
-        blocks = np.cumsum([0, *(len(table.count) for table in tables)]).astype(np.int64)
-        samples = np.cumsum([0, *(table.num_samples for table in tables)]).astype(np.int64)
-        return cls(tables, blocks, samples)
-
-    def source_of_blocks(self, blocks: np.ndarray) -> np.ndarray:
-        """The source of each global block id."""
-        return np.searchsorted(self.block_base, blocks, side="right") - 1
-
-
-def pass_runs(table: BlockTable, seed: int, source: int, start: int, stop: int) -> np.ndarray:
+def pass_runs(table: BlockTable, seed: int, source: int, start: int, stop: int,
+              shuffle_blocks: bool = True) -> np.ndarray:
     """Positions [start, stop) of source `source`'s pass stream as pieces in its local ids.
 
     Pass p holds every sample of `table` once, its blocks in the order of ``(seed, BLEND_PASS * (source + 1) +
-    p)``; position ``p * N + i`` is the i-th sample of pass p.  O(blocks) per pass touched."""
+    p)`` (stored order without `shuffle_blocks`); position ``p * N + i`` is the i-th sample of pass p.
+    O(blocks) per pass touched."""
     total = table.num_samples
     if stop <= start:
         return EMPTY
@@ -98,41 +86,125 @@ def pass_runs(table: BlockTable, seed: int, source: int, start: int, stop: int) 
         raise ArgumentError(f"source {source} has no samples to blend")
     parts = [EMPTY]
     for p in range(start // total, -(-stop // total)):
-        order = block_order(len(table.count), seed, BLEND_PASS * (source + 1) + p)
+        order = block_order(len(table.count), seed, BLEND_PASS * (source + 1) + p, shuffle_blocks)
         pieces = block_pieces(order, table.first, table.count)
         parts.append(cut(pieces, max(start - p * total, 0), min(stop - p * total, total), positions(pieces)))
     return np.concatenate(parts)
 
 
-def epoch_runs(sources: Sources, quotas: np.ndarray, seed: int, epoch: int) -> tuple:
-    """(runs, source of each run) of epoch `epoch`: runs ``(block, start, stop)`` in global ids, the sources
-    interleaved in proportion.  Source s gives positions ``[epoch * q_s, (epoch + 1) * q_s)`` of its passes."""
-    runs, owners, keys = [EMPTY], [np.zeros(0, np.int64)], [np.zeros(0)]
-    for s, (table, quota) in enumerate(zip(sources.tables, quotas.tolist())):
-        local = pass_runs(table, seed, s, epoch * quota, (epoch + 1) * quota)
-        counts = local[:, 2] - local[:, 1]
-        middle = (np.cumsum(counts) - counts / 2) / max(quota, 1)  # where each run sits in its source's share
-        runs.append(local + np.array([sources.block_base[s], sources.sample_base[s], sources.sample_base[s]]))
-        owners.append(np.full(len(local), s, np.int64))
-        keys.append(middle)
-    order = np.argsort(np.concatenate(keys), kind="stable")
-    return np.concatenate(runs)[order], np.concatenate(owners)[order]
+class VirtualSizes:
+    """The per-sample sizes of a `BlendEpoch`'s virtual ids, read from each source's sizes when sliced or
+    indexed (as the planner reads `BlockTable.sizes`): O(k log runs) for k ids."""
+
+    def __init__(self, epoch: "BlendEpoch", tables):
+        self.epoch, self.tables = epoch, tables
+
+    def __getitem__(self, key) -> np.ndarray:
+        if isinstance(key, slice):
+            key = np.arange(*key.indices(self.epoch.num_samples), dtype=np.int64)
+        ids = np.asarray(key, np.int64)
+        source, local = self.epoch.local_ids(ids.ravel())
+        out = np.zeros(ids.size, np.int64)
+        for s in np.unique(source).tolist():
+            mine = source == s
+            out[mine] = np.asarray(self.tables[s].sizes[local[mine]], np.int64)
+        return out.reshape(ids.shape)
 
 
-def stratified_counts(weights: np.ndarray, batch_size: int, batches: int) -> np.ndarray:
-    """(batches, S) int64: the samples each batch takes from each source.
+@dataclass(frozen=True, eq=False)
+class BlendEpoch:
+    """One epoch of a blend as a virtual pack: virtual block i is run ``runs[i]`` (block, start, stop, in the
+    local ids of source ``source[i]``), holding virtual ids ``[first[i], first[i] + count[i])``; source s's runs
+    are ``[run_base[s], run_base[s + 1])``.  ``table`` is the planner's view (sizes read from the sources)."""
 
-    Each row sums to `batch_size`; each entry is ``floor(w_s * B)`` or that plus one (within one sample of
-    ``w_s * B``), the extra samples going to the sources whose running totals lag ``w_s * B * (b + 1)`` most
-    (ties: the earlier source).  O(batches * S)."""
-    weights = np.asarray(weights, np.float64)
-    base = np.floor(weights * batch_size).astype(np.int64)
-    extra = int(batch_size - base.sum())
-    counts = np.empty((batches, len(weights)), np.int64)
-    taken = np.zeros(len(weights), np.int64)
-    for b in range(batches):
-        lag = weights * batch_size * (b + 1) - (taken + base)
-        row = base.copy()
-        row[np.argsort(-lag, kind="stable")[:extra]] += 1
-        counts[b], taken = row, taken + row
-    return counts
+    runs: np.ndarray
+    source: np.ndarray
+    run_base: np.ndarray
+    table: BlockTable
+
+    @classmethod
+    def of(cls, tables, quotas, seed: int, epoch: int, shuffle_blocks: bool = True) -> "BlendEpoch":
+        """Epoch `epoch` of the sources `tables` (BlockTables with size sums) with per-epoch `quotas`: source s
+        gives positions ``[epoch * q_s, (epoch + 1) * q_s)`` of its passes.  O(S + runs)."""
+        local = [pass_runs(table, seed, s, epoch * int(q), (epoch + 1) * int(q), shuffle_blocks)
+                 for s, (table, q) in enumerate(zip(tables, quotas))]
+        runs = np.concatenate([EMPTY, *local])
+        source = np.repeat(np.arange(len(local)), [len(r) for r in local]).astype(np.int64)
+        run_base = np.cumsum([0, *(len(r) for r in local)]).astype(np.int64)
+        count = piece_counts(runs)
+        first = np.cumsum(count) - count
+        sums = np.concatenate([np.zeros(0, np.int64), *(t.sizes_of(r) for t, r in zip(tables, local) if len(r))]) \
+            if all(t.size_sum is not None for t in tables) else None
+        blend = cls(runs, source, run_base, BlockTable(first, count, sums))
+        object.__setattr__(blend, "table", BlockTable(first, count, sums, VirtualSizes(blend, tables)))
+        return blend
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.table.count.sum())
+
+    def source_runs(self, source: int) -> np.ndarray:
+        """Source `source`'s virtual blocks as whole virtual pieces (block, start, stop), in pass order."""
+        blocks = np.arange(self.run_base[source], self.run_base[source + 1], dtype=np.int64)
+        return block_pieces(blocks, self.table.first, self.table.count)
+
+    def local_ids(self, ids: np.ndarray) -> tuple:
+        """(source, id in that source's pack) of each virtual sample id."""
+        runs = np.searchsorted(self.table.first, ids, side="right") - 1
+        return self.source[runs], self.runs[runs, 1] + (ids - self.table.first[runs])
+
+    def local_piece(self, piece) -> tuple:
+        """(source, (block, start, stop) in its pack's ids) of one virtual piece."""
+        block, start, stop = (int(v) for v in piece)
+        block_, first = self.runs[block, :2].tolist()
+        shift = first - int(self.table.first[block])
+        return int(self.source[block]), (block_, start + shift, stop + shift)
+
+
+def row_sizes(samples: int, row: int, drop_last: bool = False) -> np.ndarray:
+    """The rows that deal a rank's `samples`: full rows of `row`, then the short rest (none with `drop_last`)."""
+    full, rest = divmod(int(samples), int(row))
+    return np.array([row] * full + ([rest] if rest and not drop_last else []), np.int64)
+
+
+def compose_rows(weights: np.ndarray, totals: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """(rows, S) int64: how many samples each row of `sizes` takes from each source.
+
+    Rows sum to `sizes`; columns to the largest-remainder shares of `totals` (the samples a rank holds of each
+    source) when `sizes` hold fewer (drop_last), else to `totals`.  Each entry lies within one sample of
+    ``weights[s] * size`` where the totals allow it; the units beyond each row's floor go to the sources whose
+    running totals lag their (totals-proportional) targets most, so running totals never drift.
+    O(rows * S log S)."""
+    weights, sizes = np.asarray(weights, np.float64), np.asarray(sizes, np.int64)
+    want = int(sizes.sum())
+    totals = np.asarray(totals, np.int64)
+    if want < totals.sum():
+        totals = np.minimum(totals, epoch_quotas(totals / max(totals.sum(), 1), want))
+    rows = np.zeros((len(sizes), len(weights)), np.int64)
+    taken, placed = np.zeros(len(weights), np.int64), 0
+    for b, size in enumerate(sizes.tolist()):
+        placed += size
+        left = totals - taken
+        if b == len(sizes) - 1:
+            rows[b] = left
+            break
+        lag = totals * (placed / max(want, 1)) - taken
+        rows[b] = _row(weights * size, lag, left, size)
+        taken += rows[b]
+    return rows
+
+
+def _row(ideal: np.ndarray, lag: np.ndarray, left: np.ndarray, size: int) -> np.ndarray:
+    """One row of `size`: each source within one of its `ideal` share (where `left` allows), the units above
+    the lowest allowed counts to the sources that lag most."""
+    low = np.minimum(np.maximum(np.ceil(ideal - 1), 0).astype(np.int64), left)
+    high = np.minimum(np.floor(ideal + 1).astype(np.int64), left)
+    if low.sum() > size or high.sum() < size:  # the totals force a wider row (only near a remainder's end)
+        low, high = np.zeros_like(left), left
+    row, units = low.copy(), size - int(low.sum())
+    while units > 0:
+        room = np.flatnonzero(row < high)
+        pick = room[np.argsort(-(lag[room] - row[room]), kind="stable")[:units]]
+        row[pick] += 1
+        units -= len(pick)
+    return row

@@ -35,9 +35,9 @@ class EpochPlanner:
 
     ``batch_size``: the loader's batches (None: samples); each worker gets whole batches
     (``worker_share``), whatever the shuffle (``spec.batch_size`` composes them only under
-    "corgipile").  ``runs``: None, or a resume's remainder, rows ``(block, start, stop)``
-    planned count-balanced as if each were a block.  ``rank_cache`` holds each rank's pieces
-    once planned.
+    "corgipile").  ``runs``: None, or rows ``(block, start, stop)`` planned as if each were a
+    block: a resume's remainder (count-balanced), or one source's share of a blend's epoch
+    (`corgi_io.schedule.blend_plan`).  ``rank_cache`` holds each rank's pieces once planned.
     """
     table: BlockTable
     spec: EpochSpec
@@ -71,8 +71,10 @@ class EpochPlanner:
         """Rank `rank`'s pieces of the epoch, or of the remainder (its runs' rows mapped back to the pack's blocks)."""
         if self.runs is None:
             return rank_plan(self.table, self.spec, rank, cost_model=self.cost_model, owner=self.owner)
-        runs = self.runs
-        pieces = rank_plan(BlockTable(runs[:, 1], runs[:, 2] - runs[:, 1]), self.spec, rank)
+        runs, by_size = self.runs, BALANCES[self.spec.balance].by_size
+        table = BlockTable(runs[:, 1], runs[:, 2] - runs[:, 1], self.table.sizes_of(runs) if by_size else None,
+                           self.table.sizes)
+        pieces = rank_plan(table, self.spec, rank, cost_model=self.cost_model)
         return np.column_stack([runs[pieces[:, 0], 0], pieces[:, 1:]]) if len(pieces) else pieces
 
     def worker_pieces(self, rank: int, worker: int, num_workers: int) -> np.ndarray:

@@ -129,8 +129,8 @@ def test_split_samples_hold_only_plain_values(mixed_pack):
 
 # --- buffer order -----------------------------------------------------------------------------------
 
-def fake_piece(start: int, stop: int) -> list:
-    return [{"index": i, "data": bytes(10 + i)} for i in range(start, stop)]
+def fake_piece(start: int, stop: int) -> tuple:
+    return start, [{"index": i, "data": bytes(10 + i)} for i in range(start, stop)]
 
 
 def test_order_yields_each_buffer_in_its_order_and_releases_what_left():

@@ -1,0 +1,171 @@
+"""What a `CorgiPileDataset` reads: one pack (`OnePack`), or a weighted blend of packs (`PackBlend`).
+
+Both give the dataset the same few things: the pure planner of an epoch, the fingerprint that a
+resume state must match, this process's reader (a `PieceReader`; for a blend a `BlendReader` over
+one per source), the readers whose remote caches learn the known future, how a planned piece maps
+to (source, piece of that source's pack), and where a sample lies (for error messages).  Storages
+and caches are opened once per process: DataLoader workers each open their own.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+
+from corgi_io.errors import ArgumentError
+from corgi_io.manifest import open_manifest
+from corgi_io.packing.sample import KIND_OF_FIELD
+from corgi_io.reading import PieceReader
+from corgi_io.reading.blend import BlendReader
+from corgi_io.schedule import block_owners, pack_fingerprint
+from corgi_io.schedule.blend import check_weights
+from corgi_io.schedule.blend_plan import blend_planner
+from corgi_io.storage import open_storage
+
+from corgi_io.loaders.cache import RemoteCache
+from corgi_io.loaders.collate import collate_samples
+from corgi_io.loaders.options import block_table
+
+
+class OnePack:
+    """One pack: its manifest, the block owners under `partitions`, this process's storage and remote cache."""
+
+    def __init__(self, source, spec, partitions=None):
+        self.spec, self.manifest = spec, open_manifest(source, spec.storage_options)
+        m = self.manifest
+        self.block_owner = None if partitions is None else \
+            block_owners(partitions, [shard.path for shard in m.shards], m.blocks.shard)
+        self._storage, self._storage_pid = None, None
+        self._cache = RemoteCache(spec)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_storage": None, "_storage_pid": None}
+
+    @property
+    def storage(self):
+        """This process's Storage of the pack."""
+        if self._storage_pid != os.getpid():  # None in a new copy, another pid in a forked worker
+            self._storage = open_storage(self.manifest.root, **self.spec.storage_options)
+            self._storage_pid = os.getpid()
+        return self._storage
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """What identifies the pack's samples (`pack_fingerprint`), once: it costs O(shards)."""
+        m = self.manifest
+        return pack_fingerprint(m.format, m.checksum, m.options, m.shards)
+
+    def planner(self, world_size: int, epoch: int, cost_model=None):
+        """The pure `EpochPlanner` of `epoch` for `world_size` ranks."""
+        return self.spec.planner(self.manifest, world_size, epoch, cost_model, self.block_owner)
+
+    def reader(self, planner=None) -> PieceReader:
+        """A reader of this process's storage (through its remote cache, with `cache_dir`), for any planner's plans."""
+        spec = self.spec
+        cache = self._cache.for_reading(self.manifest, self.storage, self.fingerprint)
+        return PieceReader(self.manifest, self.storage, spec.prefetch_blocks, spec.read_threads,
+                           verify=spec.verify_reads, cache=cache)
+
+    def piece_readers(self, reader) -> list:
+        """The PieceReaders inside `reader`, by source: itself."""
+        return [reader]
+
+    @staticmethod
+    def local(planner):
+        """Piece -> (source, piece of its pack) for `planner`'s plans: a pack's pieces are its own."""
+        return lambda piece: (0, tuple(piece))
+
+    def locate(self, sample: dict) -> tuple:
+        """(shard URL, shard path, payload byte offset) of a sample read from this pack."""
+        samples, index = self.manifest.samples, sample["index"]
+        path, offset = self.manifest.shards[int(samples.shard[index])].path, int(samples.data_offset[index])
+        return self.storage.url(path), path, offset
+
+    def kinds(self) -> tuple:
+        """What a sample of the pack holds, for the batching check of a blend: its fields, or its media kinds."""
+        m = self.manifest
+        if m.max_fields > 1:
+            return ("fields", *m.fields)
+        return tuple(sorted({KIND_OF_FIELD.get(ext, ext) for ext in m.extensions}))
+
+
+class PackBlend:
+    """Several packs read with weights: `sources` maps name -> pack, each a `OnePack` (see `CorgiPileDataset`)."""
+
+    def __init__(self, sources: Mapping, spec, weights=None, samples_per_epoch=None):
+        names = [str(name) for name in sources]
+        if not names:
+            raise ArgumentError("a blend needs at least one source: source={name: pack, ...}")
+        if weights is not None:
+            check_weights(names, weights)  # before any manifest is opened
+        self.spec, self.names = spec, names
+        self.packs = [OnePack(path, spec) for path in sources.values()]
+        sizes = [pack.manifest.num_samples for pack in self.packs]
+        self.weights = check_weights(names, sizes if weights is None else weights)
+        empty = [name for name, size, w in zip(names, sizes, self.weights) if w > 0 and size == 0]
+        if empty:
+            raise ArgumentError(f"the blend's sources {empty} have weights but no samples")
+        self.samples_per_epoch = epoch_length(samples_per_epoch, names, self.weights, sizes)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """What identifies the blend: each source's name and pack, the weights and the epoch length."""
+        text = json.dumps([[[name, pack.fingerprint] for name, pack in zip(self.names, self.packs)],
+                           self.weights.tolist(), self.samples_per_epoch])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def planner(self, world_size: int, epoch: int, cost_model=None):
+        """The pure `BlendPlanner` of `epoch` for `world_size` ranks."""
+        return blend_planner([block_table(pack.manifest) for pack in self.packs], self.weights,
+                             self.samples_per_epoch, world_size, epoch, cost_model=cost_model,
+                             **self.spec.plan_options)
+
+    def reader(self, planner) -> BlendReader:
+        """A reader of `planner`'s virtual pieces, through each source's reader."""
+        return BlendReader([pack.reader() for pack in self.packs], self.names, planner.blend,
+                           self.spec.prefetch_blocks)
+
+    def piece_readers(self, reader) -> list:
+        """The PieceReaders inside `reader`, by source."""
+        return reader.readers
+
+    @staticmethod
+    def local(planner):
+        """Virtual piece -> (source, piece of its pack) for `planner`'s plans."""
+        return planner.blend.local_piece
+
+    def locate(self, sample: dict) -> tuple:
+        """(shard URL, shard path, payload byte offset) of a sample, in the pack of its source."""
+        return self.packs[self.names.index(sample["source"])].locate(sample)
+
+    def check_batchable(self, decode, batch_size, collate_fn) -> None:
+        """ArgumentError, before any read, when the default collate would meet samples it cannot stack together:
+        decoded batches of sources that hold different kinds of samples (or different fields)."""
+        if decode is None or batch_size is None or collate_fn is not collate_samples:
+            return
+        kinds = {name: pack.kinds() for name, pack in zip(self.names, self.packs)}
+        if len(set(kinds.values())) > 1:
+            held = ", ".join(f"{name}: {'/'.join(k)}" for name, k in kinds.items())
+            raise ArgumentError(f"the blend's sources hold different kinds of samples ({held}): decoded, they cannot "
+                                "be batched together by the default collate_fn; pass a collate_fn that can, or "
+                                "read without batch_size")
+
+
+def epoch_length(samples_per_epoch, names: list, weights, sizes: list) -> int:
+    """A blend's samples per epoch: an int as given; a source's name: one pass over that source (its samples over
+    its weight); None: all the sources' samples together.  ArgumentError for anything else."""
+    if samples_per_epoch is None:
+        return int(sum(sizes))
+    if isinstance(samples_per_epoch, str):
+        if samples_per_epoch not in names:
+            raise ArgumentError(f"samples_per_epoch={samples_per_epoch!r} names no source of {names}")
+        s = names.index(samples_per_epoch)
+        if weights[s] == 0:
+            raise ArgumentError(f"samples_per_epoch={samples_per_epoch!r} names a source of weight 0")
+        return max(1, math.ceil(sizes[s] / weights[s] - 1e-9))
+    if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int) or samples_per_epoch < 1:
+        raise ArgumentError(f"samples_per_epoch must be an int >= 1, a source's name or None, got {samples_per_epoch!r}")
+    return samples_per_epoch
