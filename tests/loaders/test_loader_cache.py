@@ -159,3 +159,22 @@ def test_a_local_pack_is_never_cached(local_pack, tmp_path):
 def test_cache_arguments_are_checked(local_pack, options, message):
     with pytest.raises(ArgumentError, match=message):
         CorgiPileDataset(local_pack, **options)
+
+
+@pytest.mark.slow
+def test_a_blend_caches_its_remote_source_only_and_yields_the_uncached_blend(url, local_pack, tmp_path):
+    sources = {"remote": url, "local": local_pack}
+    options = {**OPTIONS, "weights": {"remote": 0.5, "local": 0.5}, "samples_per_epoch": 90}
+    limit = pack_bytes(local_pack) // 2
+    plain = CorgiPileDataset(sources, **options)
+    cached = CorgiPileDataset(sources, **options, cache_dir=tmp_path, cache_limit=limit)
+    remote = cached.packs.packs[0]
+    for epoch in range(3):
+        before = remote.storage.bytes_read
+        assert [(s["source"], s["key"], s["data"]) for s in (plain.set_epoch(epoch) or plain)] == \
+            [(s["source"], s["key"], s["data"]) for s in (cached.set_epoch(epoch) or cached)]
+        remote_cache, local_reader = cached.last_reader.readers[0].cache, cached.last_reader.readers[1]
+        assert local_reader.cache is None and 0 < folder_bytes(tmp_path) <= limit
+        assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1  # one folder: the remote pack's
+        if epoch:  # the cache knows the blend's future: the remote source fetches less than it reads
+            assert remote_cache.hits > 0 and remote.storage.bytes_read - before < pack_bytes(local_pack)
