@@ -225,3 +225,25 @@ def test_sources_that_decode_to_different_kinds_cannot_share_default_batches(pac
     raw = CorgiPileDataset(sources, batch_size=4)  # bytes batch together; so do decoded samples one by one
     assert sum(len(batch["key"]) for batch in raw) == 49
     assert {type(s["data"]).__name__ for s in CorgiPileDataset(sources, decode="auto")} == {"Tensor", "str"}
+
+
+def test_a_blend_pickles_for_spawn_workers_after_it_has_iterated(packs):
+    import pickle
+
+    ds = CorgiPileDataset(two(packs), weights=[0.6, 0.4], samples_per_epoch=120, batch_size=6, balance="dynamic")
+    ds.set_epoch(2)
+    first = [tags(batch) for batch in ds]
+    copy = pickle.loads(pickle.dumps(ds))
+    assert [tags(batch) for batch in copy] == first and len(copy) == len(first) == 20
+
+
+@pytest.mark.slow
+def test_persistent_workers_read_each_new_epoch_of_a_blend(packs):
+    ds = CorgiPileDataset(two(packs), weights=[0.5, 0.5], samples_per_epoch=100, batch_size=10)
+    dl = StatefulDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        got = sorted(t for batch in dl for t in tags(batch))
+        fresh = CorgiPileDataset(two(packs), weights=[0.5, 0.5], samples_per_epoch=100, batch_size=10)
+        fresh.set_epoch(epoch)
+        assert got == sorted(t for batch in fresh for t in tags(batch))
