@@ -7,6 +7,8 @@ RSS in MB of the process (with `--workers`, also the largest DataLoader worker's
 
 Contenders, bytes only, shuffle on:
   corgi       CorgiPileDataset(ROOT), checksums checked (the default)
+  corgi-blend CorgiPileDataset({name: pack}) over the packs in ROOT's subfolders, equal weights,
+              --samples-per-epoch samples an epoch (bench/load.py --blend)
   litdata     litdata.StreamingDataset(ROOT, shuffle=True) over chunks litdata wrote itself
   webdataset  wds.WebDataset(tars).shuffle(buffer samples)
   mosaic      streaming.StreamingDataset(local=ROOT, shuffle=True) over MDS shards
@@ -30,6 +32,14 @@ def corgi(root: str, args):
     return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0), "data"
 
 
+def corgi_blend(root: str, args):
+    from corgi_io.loaders import CorgiPileDataset
+
+    sources = {p.name: str(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists()}
+    return CorgiPileDataset(sources, weights={name: 1 / len(sources) for name in sources},
+                            samples_per_epoch=args.samples_per_epoch, buffer_blocks=args.buffer_blocks, seed=0), "data"
+
+
 def litdata(root: str, args):
     from litdata import StreamingDataset
 
@@ -49,7 +59,7 @@ def mosaic(root: str, args):
     return StreamingDataset(local=root, shuffle=True, shuffle_seed=0, batch_size=64), "data"
 
 
-CONTENDERS = {"corgi": corgi, "litdata": litdata, "webdataset": webdataset, "mosaic": mosaic}
+CONTENDERS = {"corgi": corgi, "corgi-blend": corgi_blend, "litdata": litdata, "webdataset": webdataset, "mosaic": mosaic}
 
 
 def as_list(batch: list) -> list:
@@ -102,6 +112,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="warm: whole epochs for at least this long")
     parser.add_argument("--buffer-blocks", type=int, default=16)
     parser.add_argument("--shuffle-samples", type=int, default=16384)
+    parser.add_argument("--samples-per-epoch", type=int, default=None, help="corgi-blend: default all the packs' samples")
     args = parser.parse_args()
     try:
         dataset, field = CONTENDERS[args.contender](args.root, args)

@@ -4,7 +4,7 @@ The corpus is --n long-tailed JPEGs (90% at 64..256 px, 10% at 256..1024 px), pa
 (blocks of --block-samples, 64 MB shards) and written by litdata (and Mosaic, where it imports)
 in their own formats, all cached under --workdir.
 
-    python bench/load.py [--n 20000] [--rounds 3] [--http]
+    python bench/load.py [--n 20000] [--rounds 3] [--http | --blend]
 
 First, the cost of checking every sample's checksum (verify_reads=True, the default) against
 not checking: whole epochs, warm cache, the two modes interleaved, median of --rounds rounds.
@@ -20,12 +20,22 @@ pyproject); one that does not import is reported with the reason.
 
 --http serves the pack from nginx on 127.0.0.1 and compares corgipile with per-sample random
 access ("full"), at the default settings and with explicit reads in flight.
+
+--blend asks what reading a weighted blend of two local packs costs against one pack of the same
+samples: the whole corpus packed as one pack ("single pack", the baseline) against its two halves
+(alternate files, hard links) packed alike and read as CorgiPileDataset({"a": .., "b": ..},
+weights 0.5/0.5, samples_per_epoch = --n) ("blend of 2 packs").  Bytes only, corgipile shuffle,
+warm page cache; one process and DataLoader(num_workers=2, batch_size=64, collate = a list of
+samples).  Each measurement in a fresh process, rounds interleaved (order rotated), median of
+--rounds; each blend line gives blend/single (median of per-round ratios, with their range) and
+the cost, 1 - blend/single, against the target (<= 10%).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -134,13 +144,13 @@ def write_mosaic(corpus: Path, out: Path) -> Path | None:
     return out
 
 
-def measure_once(contender: str, root: Path, cache: str, workers: int, args) -> dict:
+def measure_once(contender: str, root: Path, cache: str, workers: int, args, extra=()) -> dict:
     """One measurement in a fresh process (bench/_loaders.py); the root's files evicted first when cold."""
     if cache == "cold":
         drop_page_cache(p for p in root.rglob("*") if p.is_file())
     command = [sys.executable, str(HERE / "_loaders.py"), contender, str(root), "--workers", str(workers),
                "--seconds", str(args.seconds), "--buffer-blocks", str(args.buffer_blocks),
-               "--shuffle-samples", str(args.shuffle_samples)] + (["--cold"] if cache == "cold" else [])
+               "--shuffle-samples", str(args.shuffle_samples), *extra] + (["--cold"] if cache == "cold" else [])
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
@@ -190,6 +200,76 @@ def pack_wds(corpus: Path, out: Path, block_samples: int) -> Path:
     return out
 
 
+def split_corpus(corpus: Path, out: Path, parts: int = 2) -> list:
+    """The corpus's files dealt in turn into `parts` folders `out/<a, b, ...>/class_k/` (hard links, copies
+    across devices), reused if already there; returns the folders."""
+    folders = [out / chr(ord("a") + k) for k in range(parts)]
+    marker = out.with_name(out.name + f".complete-{parts}")  # beside the halves, not in them
+    if marker.exists():
+        return folders
+    shutil.rmtree(out, ignore_errors=True)
+    for i, (path, _) in enumerate(corpus_files(corpus)):
+        target = folders[i % parts] / Path(path).parent.name / Path(path).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)
+    marker.touch()
+    return folders
+
+
+BLEND_LINES = (("warm", 0), ("warm", 2))  # (cache, DataLoader workers; 0: one process)
+BLEND_CONTENDERS = {"single pack": "corgi", "blend of 2 packs": "corgi-blend"}
+
+
+def run_blend(corpus: Path, single: Path, args, num_samples: int) -> None:
+    """Single pack against the blend of its two halves' packs (0.5/0.5, an epoch of as many samples),
+    each measurement in a fresh process, contenders interleaved and their order rotated each round."""
+    halves = split_corpus(corpus, args.workdir / f"halves-{args.n}")
+    blend = args.workdir / f"packs-{args.n}" / "blend"  # one pack per subfolder: the blend's sources
+    for half in halves:
+        pack_wds(half, blend / half.name, args.block_samples)
+    roots = {"single pack": single, "blend of 2 packs": blend}
+    extra = {"single pack": (), "blend of 2 packs": ("--samples-per-epoch", str(num_samples))}
+    print("# blend: warm page cache only (every file read once before each measurement); "
+          f"halves {' + '.join(str(open_num_samples(blend / h.name)) for h in halves)} samples, "
+          f"samples_per_epoch {num_samples}")
+    names = list(roots)
+    runs = {}
+    for round_ in range(args.rounds):
+        for cache, workers in BLEND_LINES:
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                runs.setdefault((peer_line_name(cache, workers), name), []).append(
+                    measure_once(BLEND_CONTENDERS[name], roots[name], cache, workers, args, extra[name]))
+    for cache, workers in BLEND_LINES:
+        line = peer_line_name(cache, workers)
+        base = runs[(line, "single pack")]
+        for name in names:
+            got = runs[(line, name)]
+            failed = [r["error"] for r in got + base if "error" in r]
+            if failed:
+                print(f"load blend {line:36s} {name:16s} failed: {failed[0]}")
+                continue
+            rss = max(r["rss_mb"] for r in got) + (max(r["worker_rss_mb"] for r in got) if workers else 0)
+            text = (f"load blend {line:36s} {name:16s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
+                    f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  peak RSS {rss:6.0f} MB")
+            if name != "single pack":
+                ratios = sorted(r["samples_s"] / b["samples_s"] for r, b in zip(got, base))
+                ratio = statistics.median(ratios)
+                text += (f"  blend/single {ratio:5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})  "
+                         f"cost {100 * (1 - ratio):4.1f}% (target <= 10%)")
+            print(text)
+    print(f"# median of {args.rounds} interleaved rounds, each measurement in a fresh process of at least "
+          f"{args.seconds:g} s of whole epochs after one warm-up epoch; ratios: median (range) of the per-round ratios")
+
+
+def open_num_samples(root: Path) -> int:
+    from corgi_io.manifest import open_manifest
+
+    return open_manifest(root).num_samples
+
+
 def report(cache: str, results: dict, baseline: str) -> None:
     for name, (samples_s, mb_s) in results.items():
         print(f"load {cache:5s} {name:44s} {samples_s:9.0f} samples/s {mb_s:8.1f} MB/s "
@@ -203,6 +283,7 @@ def main():
     parser.add_argument("--buffer-blocks", type=int, default=16, help="corgi's shuffle buffer (the dataset default)")
     parser.add_argument("--seconds", type=float, default=2.0, help="warm measurements: whole epochs for this long")
     parser.add_argument("--http", action="store_true")
+    parser.add_argument("--blend", action="store_true", help="single pack against a 0.5/0.5 blend of its two halves")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; lines give the median")
     parser.add_argument("--workdir", type=Path, default=HERE / "out" / "load")
     args = parser.parse_args()
@@ -217,6 +298,9 @@ def main():
           f"(webdataset's shuffle buffer holds as many)")
     if args.http:
         run_http(root, args, manifest)
+        return
+    if args.blend:
+        run_blend(corpus, root, args, manifest.num_samples)
         return
     verify_cost(root, args, manifest.num_samples)
     roots = {"corgi": root, "litdata": write_litdata(corpus, args.workdir / f"litdata-{args.n}"),
