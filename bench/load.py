@@ -157,16 +157,29 @@ def measure_once(contender: str, root: Path, cache: str, workers: int, args, ext
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def peer_rounds(roots: dict, args) -> dict:
-    """{(line, contender): [measurement per round]}, contenders interleaved and their order rotated each round."""
-    runs = {}
-    names = list(roots)
+def interleaved_rounds(lines, contenders: dict, args) -> dict:
+    """{(line, name): [measurement per round]} of `contenders` (name -> (contender, root, extra arguments)) on
+    each (cache, workers) line, interleaved and their order rotated each round."""
+    runs, names = {}, list(contenders)
     for round_ in range(args.rounds):
-        for cache, workers in LINES:
+        for cache, workers in lines:
             for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                contender, root, extra = contenders[name]
                 runs.setdefault((peer_line_name(cache, workers), name), []).append(
-                    measure_once(name, roots[name], cache, workers, args))
+                    measure_once(contender, root, cache, workers, args, extra))
     return runs
+
+
+def line_text(prefix: str, name: str, got: list, baseline: list, workers: int, width: int = 11) -> str | None:
+    """'prefix name samples/s MB/s peak RSS' of one contender's runs, or None (after printing why) when a run of
+    it or of its `baseline` failed."""
+    failed = [r["error"] for r in got + baseline if "error" in r]
+    if failed:
+        print(f"{prefix} {name:{width}s} failed: {failed[0]}")
+        return None
+    rss = max(r["rss_mb"] for r in got) + (max(r["worker_rss_mb"] for r in got) if workers else 0)
+    return (f"{prefix} {name:{width}s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
+            f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  peak RSS {rss:6.0f} MB")
 
 
 def report_peers(runs: dict, names: list, rounds: int) -> None:
@@ -176,13 +189,9 @@ def report_peers(runs: dict, names: list, rounds: int) -> None:
         corgi_runs = runs[(line, "corgi")]
         for name in names:
             got = runs[(line, name)]
-            failed = [r["error"] for r in got + corgi_runs if "error" in r]
-            if failed:
-                print(f"load {line:40s} {name:11s} failed: {failed[0]}")
+            text = line_text(f"load {line:40s}", name, got, corgi_runs, workers)
+            if text is None:
                 continue
-            rss = max(r["rss_mb"] for r in got) + (max(r["worker_rss_mb"] for r in got) if workers else 0)
-            text = (f"load {line:40s} {name:11s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
-                    f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  peak RSS {rss:6.0f} MB")
             if name != "corgi":
                 ratios = sorted(c["samples_s"] / r["samples_s"] for c, r in zip(corgi_runs, got))
                 text += f"  corgi/{name} {statistics.median(ratios):5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})"
@@ -235,31 +244,21 @@ def run_blend(corpus: Path, single: Path, args, num_samples: int) -> None:
     print("# blend: warm page cache only (every file read once before each measurement); "
           f"halves {' + '.join(str(open_num_samples(blend / h.name)) for h in halves)} samples, "
           f"samples_per_epoch {num_samples}")
-    names = list(roots)
-    runs = {}
-    for round_ in range(args.rounds):
-        for cache, workers in BLEND_LINES:
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-                runs.setdefault((peer_line_name(cache, workers), name), []).append(
-                    measure_once(BLEND_CONTENDERS[name], roots[name], cache, workers, args, extra[name]))
+    runs = interleaved_rounds(BLEND_LINES, {name: (BLEND_CONTENDERS[name], roots[name], extra[name]) for name in roots},
+                              args)
     for cache, workers in BLEND_LINES:
         line = peer_line_name(cache, workers)
         base = runs[(line, "single pack")]
-        for name in names:
+        for name in roots:
             got = runs[(line, name)]
-            failed = [r["error"] for r in got + base if "error" in r]
-            if failed:
-                print(f"load blend {line:36s} {name:16s} failed: {failed[0]}")
-                continue
-            rss = max(r["rss_mb"] for r in got) + (max(r["worker_rss_mb"] for r in got) if workers else 0)
-            text = (f"load blend {line:36s} {name:16s} {statistics.median(r['samples_s'] for r in got):8.0f} samples/s "
-                    f"{statistics.median(r['mb_s'] for r in got):7.1f} MB/s  peak RSS {rss:6.0f} MB")
-            if name != "single pack":
+            text = line_text(f"load blend {line:36s}", name, got, base, workers, width=16)
+            if text is not None and name != "single pack":
                 ratios = sorted(r["samples_s"] / b["samples_s"] for r, b in zip(got, base))
                 ratio = statistics.median(ratios)
                 text += (f"  blend/single {ratio:5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})  "
                          f"cost {100 * (1 - ratio):4.1f}% (target <= 10%)")
-            print(text)
+            if text is not None:
+                print(text)
     print(f"# median of {args.rounds} interleaved rounds, each measurement in a fresh process of at least "
           f"{args.seconds:g} s of whole epochs after one warm-up epoch; ratios: median (range) of the per-round ratios")
 
@@ -306,7 +305,8 @@ def main():
     roots = {"corgi": root, "litdata": write_litdata(corpus, args.workdir / f"litdata-{args.n}"),
              "webdataset": root, "mosaic": write_mosaic(corpus, args.workdir / f"mosaic-{args.n}")}
     roots = {name: path for name, path in roots.items() if path is not None}
-    report_peers(peer_rounds(roots, args), list(roots), args.rounds)
+    runs = interleaved_rounds(LINES, {name: (name, root, ()) for name, root in roots.items()}, args)
+    report_peers(runs, list(roots), args.rounds)
 
 
 def http_rate(url: str, shuffle: str, read_threads, seconds: float) -> tuple:
