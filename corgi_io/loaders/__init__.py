@@ -15,6 +15,8 @@ warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
 from corgi_io.loaders.dataset import CorgiPileDataset
 from corgi_io.loaders.decode import AutoDecoder
+from corgi_io.loaders.device import DeviceLoader, to_device
 from corgi_io.loaders.video import VideoDecoder
 
-__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "PackedBytes", "VideoDecoder", "collate_samples"]
+__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "DeviceLoader", "PackedBytes", "VideoDecoder", "collate_samples",
+           "to_device"]
