@@ -53,8 +53,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     With `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)` (default `collate_samples`:
     equal-shape arrays stacked, so decode to a fixed size with a resize `transform`; raw bytes cross the worker
-    queue as one `PackedBytes` buffer), size-balanced inside each buffer under "corgipile", runs of samples
-    otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
+    queue as one `PackedBytes` buffer), size-balanced inside each buffer under "corgipile" (or, with
+    `group_by_size=True` and balance "count", length-grouped: each buffer sorted by size and cut, the batches
+    shuffled, so padded models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
     (at most one partial per rank), so every rank steps `len(self)` times, ``ceil(samples / B)`` (``floor`` with
     `drop_last`, which drops the partial batch).  A DataLoader's own `batch_size` batches each worker separately: up
     to K - 1 more batches than `len(loader)` says.  Every rank yields exactly `len(self)` items (samples, or
@@ -81,14 +82,15 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  storage_options: dict | None = None, verify_reads: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
                  cache_limit: int | None = None, cache_policy: str = "belady", weights=None,
-                 samples_per_epoch=None):
+                 samples_per_epoch=None, group_by_size: bool = False):
         super().__init__()
         self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
                                   transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
                                   batch_size=batch_size, collate_fn=collate_fn, partitions=partitions,
                                   read_threads=read_threads, storage_options=storage_options,
                                   verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error,
-                                  cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy)
+                                  cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
+                                  group_by_size=group_by_size)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.decode = get_decoder(decode, self.spec.max_pixels)
         self.packs = self._open(source, partitions, weights, samples_per_epoch)
@@ -106,8 +108,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                 raise ArgumentError("weights= and samples_per_epoch= blend several packs: pass source= as a mapping "
                                     "{name: pack}")
             return OnePack(source, self.spec, partitions)
-        if partitions is not None:
-            raise ArgumentError("partitions= pins one pack's shards to ranks: it does not apply to a blend")
+        if partitions is not None or self.spec.group_by_size:
+            raise ArgumentError("partitions= (which pins one pack's shards to ranks) and group_by_size= do not "
+                                "apply to a blend")
         blend = PackBlend(source, self.spec, weights, samples_per_epoch)
         blend.check_batchable(self.decode, self.spec.batch_size, self.spec.collate_fn)
         return blend

@@ -40,6 +40,7 @@ class LoaderSpec:
     cache_dir: str | None  # remote pieces kept there (loaders/cache.py); None: no cache
     cache_limit: int | None  # bytes of pieces the cache holds, with cache_dir
     cache_policy: str  # a `schedule.eviction.EVICTIONS` name
+    group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones
 
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
@@ -51,14 +52,14 @@ class LoaderSpec:
     def plan_options(self) -> dict:
         """The options an epoch's plan depends on: the keywords of `loader_planner` and `blend_planner`."""
         return dict(shuffle=self.shuffle, buffer_blocks=self.buffer_blocks, seed=self.seed, balance=self.balance,
-                    drop_last=self.drop_last, batch_size=self.batch_size)
+                    drop_last=self.drop_last, batch_size=self.batch_size, group_by_size=self.group_by_size)
 
     def identity(self, pack: str, partitioned: bool) -> dict:
         """What a saved resume state must agree on to resume a dataset of pack fingerprint `pack` with these
         options (the world size and workers may differ)."""
         return {"pack": pack, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance,
                 "drop_last": self.drop_last, "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
-                "partitioned": partitioned}
+                "partitioned": partitioned, **({"group_by_size": True} if self.group_by_size else {})}
 
 
 def block_table(manifest) -> BlockTable:
@@ -73,7 +74,7 @@ def check_options(**options) -> LoaderSpec:
         options[name] = check_at_least(name, options[name], least, optional=optional)
     choose("shuffle", options["shuffle"], SHUFFLES)
     choose("balance", options["balance"], BALANCES)
-    for name in ("drop_last", "verify_reads"):
+    for name in ("drop_last", "verify_reads", "group_by_size"):
         options[name] = check_flag(name, options[name])
     check_callable("transform", options["transform"], optional=True)
     check_callable("collate_fn", options["collate_fn"])
@@ -86,6 +87,9 @@ def check_options(**options) -> LoaderSpec:
     if balance != "count" and (batch_size is None or options["shuffle"] != "corgipile"):  # else steps are not balanced
         raise ArgumentError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
                             "it needs batch_size= and shuffle='corgipile'")
+    if options["group_by_size"] and (batch_size is None or options["shuffle"] != "corgipile" or balance != "count"):
+        raise ArgumentError("group_by_size groups each CorgiPile buffer's batches by size: it needs batch_size=, "
+                            "shuffle='corgipile' and balance='count'")
     check_on_error(options["on_error"], batch_size)
     if options["prefetch_blocks"] is None:
         options["prefetch_blocks"] = options["buffer_blocks"]

@@ -130,3 +130,30 @@ class BatchComposer:
             return rng.permuted(batches, axis=1).ravel()
         parts = np.array_split(companions, len(heavy))
         return np.concatenate([np.concatenate(([h], c)) for h, c in zip(heavy, parts)])
+
+
+class SizeGrouper:
+    """One worker's buffers -> length-grouped batches (``group_by_size``, for padded models with a fixed B).
+
+    Each buffer's samples (with what the buffer before carried) are sorted by size (ties in random
+    order) and cut into batches of ``batch_size``, whose order is then shuffled: a batch holds samples
+    of similar size, so padding to its longest wastes little, while the buffer still decides which
+    samples meet.  The ``len % batch_size`` left over are chosen at random and carried into the next
+    buffer; the last buffer also yields the final partial batch, last.
+    """
+
+    def __init__(self, sizes, batch_size: int):
+        self.sizes, self.batch_size = sizes, batch_size
+        self.carry = np.zeros(0, np.int64)
+
+    def compose(self, ids: np.ndarray, rng: np.random.Generator, last: bool) -> np.ndarray:
+        """One buffer's yield order: whole batches of similar sizes, in random order (see the class)."""
+        pool = np.concatenate((self.carry, np.asarray(ids, np.int64)))
+        spare = 0 if last else len(pool) % self.batch_size
+        carried = rng.choice(len(pool), spare, replace=False) if spare else np.zeros(0, np.int64)
+        self.carry, pool = pool[carried], np.delete(pool, carried)
+        perm = rng.permutation(len(pool))
+        by_size = pool[perm[np.argsort(np.asarray(self.sizes[pool[perm]]), kind="stable")]]
+        full = len(by_size) // self.batch_size
+        batches = by_size[:full * self.batch_size].reshape(full, self.batch_size)[rng.permutation(full)]
+        return np.concatenate((batches.ravel(), by_size[full * self.batch_size:]))

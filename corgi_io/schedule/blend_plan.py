@@ -113,13 +113,14 @@ class BlendPlanner:
 
 def blend_planner(tables, weights, samples_per_epoch: int, world_size: int, epoch: int, *, shuffle: str,
                   buffer_blocks: int, seed: int, balance: str, drop_last: bool, batch_size: int | None,
-                  cost_model=None) -> BlendPlanner:
+                  group_by_size: bool = False, cost_model=None) -> BlendPlanner:
     """The planner of epoch `epoch` of the blend of the sources `tables` (BlockTables with sizes) with normalised
     `weights` and `samples_per_epoch`, with the options of `loader_planner` (`CorgiPileDataset`'s)."""
     quotas = epoch_quotas(weights, samples_per_epoch)
     blend = BlendEpoch.of(tables, quotas, seed, epoch, SHUFFLES[shuffle].shuffles_blocks)
     base = loader_planner(blend.table, world_size, epoch, shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed,
-                          balance=balance, drop_last=drop_last, batch_size=batch_size, cost_model=cost_model)
+                          balance=balance, drop_last=drop_last, batch_size=batch_size, group_by_size=group_by_size,
+                          cost_model=cost_model)
     parts = []
     for s, w in enumerate(np.asarray(weights, np.float64).tolist()):
         runs = blend.source_runs(s)

@@ -98,16 +98,19 @@ class EpochPlanner:
 
 
 def loader_planner(table: BlockTable, world_size: int, epoch: int, *, shuffle: str, buffer_blocks: int, seed: int,
-                   balance: str, drop_last: bool, batch_size: int | None, cost_model=None, owner=None) -> EpochPlanner:
+                   balance: str, drop_last: bool, batch_size: int | None, group_by_size: bool = False, cost_model=None,
+                   owner=None) -> EpochPlanner:
     """The planner of one epoch of a loader with these options (`CorgiPileDataset`'s), over the pack's `table`.
 
     The loader's batches are composed inside buffers only where the shuffle can (CorgiPile); elsewhere they
     are runs of samples, still whole per worker.  A balance that needs a measured cost model (dynamic) plans
-    by size while there is none yet (the first epoch, or no process group).
+    by size while there is none yet (the first epoch, or no process group).  `group_by_size` groups each
+    buffer's batches by size instead of balancing them.
     """
     unmeasured = BALANCES[balance].measured_cost and cost_model is None
     spec = EpochSpec(world_size, seed=seed, epoch=int(epoch), balance="size" if unmeasured else balance,
                      drop_last=drop_last, shuffle=shuffle, buffer_pieces=buffer_blocks,
                      window_samples=window_samples(table, buffer_blocks),
-                     batch_size=batch_size if SHUFFLES[shuffle].composes_batches else None)
+                     batch_size=batch_size if SHUFFLES[shuffle].composes_batches else None,
+                     group_by_size=group_by_size)
     return EpochPlanner(table, spec, batch_size, cost_model, owner)

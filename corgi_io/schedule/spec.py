@@ -31,6 +31,7 @@ class EpochSpec:
     buffer (``shuffle="corgipile"`` only; see ``buffer_plan``); None keeps buffers plain
     permutations. The loader's size and dynamic balance require it.
     ``window_samples``: the sliding buffer of ``shuffle="window"``.
+    ``group_by_size``: length-grouped batches instead of size-balanced ones (``batches.SizeGrouper``).
     """
     world_size: int
     seed: int = 0
@@ -42,6 +43,7 @@ class EpochSpec:
     buffer_pieces: int = 16
     window_samples: int | None = None
     batch_size: int | None = None
+    group_by_size: bool = False
 
     def __post_init__(self):
         choose("balance", self.balance, BALANCES)
@@ -51,6 +53,8 @@ class EpochSpec:
         if self.batch_size is not None and (self.batch_size < 1 or not shuffle.composes_batches):
             raise ArgumentError("batch_size composes size-balanced batches inside CorgiPile buffers: it needs "
                                 "shuffle='corgipile' and batch_size >= 1")
+        if self.group_by_size and self.batch_size is None:
+            raise ArgumentError("group_by_size groups the batches of CorgiPile buffers: it needs batch_size")
 
     @property
     def shuffle_blocks(self) -> bool:
@@ -65,7 +69,8 @@ class EpochSpec:
     def stream(self, rank: int, worker: int) -> dict:
         """The keywords of ``buffer_plan`` for one worker of one rank (``sizes`` aside)."""
         return dict(shuffle=self.shuffle, buffer_pieces=self.buffer_pieces, seed=self.seed, epoch=self.epoch,
-                    rank=rank, worker=worker, window_samples=self.window_samples, batch_size=self.batch_size)
+                    rank=rank, worker=worker, window_samples=self.window_samples, batch_size=self.batch_size,
+                    group_by_size=self.group_by_size)
 
 
 @dataclass(frozen=True, eq=False)

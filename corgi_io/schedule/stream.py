@@ -18,7 +18,7 @@ import numpy as np
 
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule.batches import BatchComposer
+from corgi_io.schedule.batches import BatchComposer, SizeGrouper
 from corgi_io.schedule.modes import SHUFFLES
 from corgi_io.schedule.order import BUFFER, FULL, WINDOW, epoch_rng
 from corgi_io.schedule.pieces import piece_counts, piece_samples, positions
@@ -36,6 +36,7 @@ class StreamArgs:
     window_samples: int | None
     sizes: np.ndarray | None
     batch_size: int | None
+    group_by_size: bool = False
 
     def rng(self, stream: int) -> np.random.Generator:
         """The generator of one of the streams (order.BUFFER, WINDOW, FULL) of this worker."""
@@ -45,7 +46,7 @@ class StreamArgs:
 def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces: int = 16,
                 seed: int = 0, epoch: int = 0, rank: int = 0, worker: int = 0,
                 window_samples: int | None = None, sizes: np.ndarray | None = None,
-                batch_size: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                batch_size: int | None = None, group_by_size: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(pieces_to_read, sample_ids_to_yield)`` for one worker, in order.
 
     ``shuffle``:
@@ -58,6 +59,9 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         buffers are then groups of pieces of even density (``even_buffers``),
         and a sample larger than a whole balanced batch is held for the next
         heavy slot, a batch index every rank shares (``batches.BatchComposer``).
+        With ``group_by_size`` the batches are instead length-grouped: each
+        buffer sorted by size and cut, the batch order shuffled
+        (``batches.SizeGrouper``).
       - ``"block"`` and ``"none"``: the same groups, samples in piece order.
         (For "none", get natural order from ``assign_ranks(shuffle_blocks=False)``.)
       - ``"window"``: one piece per buffer, samples pushed in piece order into
@@ -73,7 +77,10 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         raise ArgumentError("balanced batches need shuffle='corgipile', sizes and batch_size >= 1")
     if buffer_pieces < 1:
         raise ArgumentError(f"buffer_pieces must be >= 1, got {buffer_pieces}")
-    return mode.stream_function()(pieces, StreamArgs(buffer_pieces, seed, epoch, rank, worker, window_samples, sizes, batch_size))
+    if group_by_size and batch_size is None:
+        raise ArgumentError("group_by_size groups batches by size: it needs batch_size")
+    args = StreamArgs(buffer_pieces, seed, epoch, rank, worker, window_samples, sizes, batch_size, group_by_size)
+    return mode.stream_function()(pieces, args)
 
 
 def in_order_stream(pieces, args: StreamArgs):
@@ -90,7 +97,8 @@ def corgipile_stream(pieces, args: StreamArgs):
     composer = None
     if batch_size and len(pieces):
         own = sizes[piece_samples(pieces)]
-        composer = BatchComposer(sizes, batch_size, batch_size * float(own.mean()))
+        composer = SizeGrouper(sizes, batch_size) if args.group_by_size else \
+            BatchComposer(sizes, batch_size, batch_size * float(own.mean()))
         # buffers of even density, so that every buffer's batches can reach the target
         sums = np.add.reduceat(own, positions(pieces)[:-1])
         pieces = even_buffers(pieces, sums, buffer_pieces, epoch_rng(*key, len(starts)))

@@ -199,7 +199,7 @@ def test_elastic_resume_of_a_blend_misses_nothing_and_keeps_steps_equal(packs, o
     ({"weights": {"web": 1}}, "exactly the sources"),
     ({"samples_per_epoch": 0}, "samples_per_epoch"),
     ({"samples_per_epoch": "nope"}, "names no source"),
-    ({"partitions": {0: []}}, "does not apply to a blend"),
+    ({"partitions": {0: []}}, "do not apply to a blend"), ({"group_by_size": True, "batch_size": 4}, "do not apply to a blend"),
 ])
 def test_a_bad_blend_is_refused_before_any_read(packs, kwargs, words):
     with pytest.raises(ArgumentError, match=words):
