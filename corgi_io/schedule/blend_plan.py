@@ -31,7 +31,7 @@ SOURCE_SEEDS = 1 << 16  # source s of a blend of seed k plans with seed k * SOUR
 class BlendPlanner:
     """The plans of one epoch of a blend for ``spec.world_size`` ranks: ``parts[s]`` plans source s's runs of
     ``blend`` (None for a source with none), ``weights`` shape each row, ``batch_size`` (None: samples) sizes
-    the rows.  ``rank_cache`` keeps each rank's pieces and the rows once computed."""
+    the rows.  ``rank_cache`` keeps the rows once computed (each source's planner keeps its ranks' pieces)."""
 
     blend: BlendEpoch
     weights: np.ndarray
@@ -76,11 +76,14 @@ class BlendPlanner:
             self.rank_cache["rows"] = compose_rows(self.weights, totals, row_sizes(int(totals.sum()), row, drop))
         return self.rank_cache["rows"]
 
+    def source_pieces(self, rank: int) -> list:
+        """Rank `rank`'s virtual pieces of each source, in that source's read order (each source's planner
+        plans a rank once and keeps it)."""
+        return [EMPTY if p is None else p.rank_pieces(rank) for p in self.parts]
+
     def rank_pieces(self, rank: int) -> np.ndarray:
-        """Rank `rank`'s virtual pieces, source after source (each source's in its read order)."""
-        if rank not in self.rank_cache:
-            self.rank_cache[rank] = [EMPTY if p is None else p.rank_pieces(rank) for p in self.parts]
-        return np.concatenate([EMPTY, *self.rank_cache[rank]])
+        """Rank `rank`'s virtual pieces, source after source."""
+        return np.concatenate([EMPTY, *self.source_pieces(rank)])
 
     def _worker_sources(self, rank: int, worker: int, num_workers: int) -> tuple:
         """(the worker's rows, its pieces of each source): rows ``worker::K``, and from each source the stretch of
@@ -89,9 +92,8 @@ class BlendPlanner:
         rows = self.rows()
         mine = rows[worker::k]
         start = rows[np.arange(len(rows)) % k < worker].sum(axis=0)
-        self.rank_pieces(rank)
         pieces = [cut(own, int(a), int(a + n)) if n else EMPTY
-                  for own, a, n in zip(self.rank_cache[rank], start.tolist(), mine.sum(axis=0).tolist())]
+                  for own, a, n in zip(self.source_pieces(rank), start.tolist(), mine.sum(axis=0).tolist())]
         return mine, pieces
 
     def worker_pieces(self, rank: int, worker: int, num_workers: int) -> np.ndarray:
