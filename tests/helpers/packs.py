@@ -1,4 +1,4 @@
-"""Packs and shard bytes the tests share: a small image pack, synthetic manifests, flipped bytes, files of a pack,
+"""Packs and shard bytes the tests share: a small image pack, a pack of texts, synthetic manifests, flipped bytes, files of a pack,
 a block's bytes."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from corgi_io.manifest import save_manifest
 from corgi_io.packing import PackOptions, pack
-from helpers.corpus_factory import make_image_corpus
+from helpers.corpus_factory import make_image_corpus, write_text
 
 BLOCK, SHARD_BLOCKS = 64, 4  # the synthetic pack's samples per block and blocks per shard
 
@@ -18,6 +18,17 @@ def small_image_pack(root: Path) -> Path:
     make_image_corpus(root / "corpus", 30, long_tail=False)
     pack(root / "corpus", root / "pack", PackOptions(block_samples=4, shard_bytes=40_000), workers=1, progress=False)
     return root / "pack"
+
+
+def text_pack(tmp_path_factory, name: str, lengths, classes: int = 2, stem: str = "t", block_samples: int = 8) -> Path:
+    """A pack of texts, sample i of `lengths[i]` words in folder ``c{i % classes}`` as ``{stem}{i:03d}.txt``, in
+    blocks of `block_samples`, made under fresh temporary folders named after `name`."""
+    source = tmp_path_factory.mktemp(f"{name}-corpus")
+    for i, n in enumerate(lengths):
+        write_text(source / f"c{i % classes}" / f"{stem}{i:03d}.txt", int(n), seed=i)
+    root = tmp_path_factory.mktemp(name) / "pack"
+    pack(source, root, PackOptions(block_samples=block_samples), progress=False)
+    return root
 
 
 def synthetic_pack(root, n: int) -> None:

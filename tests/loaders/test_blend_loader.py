@@ -13,7 +13,8 @@ from corgi_io import ArgumentError, PackOptions, pack
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule.blend import epoch_quotas
-from helpers.corpus_factory import make_image_corpus, write_text
+from helpers.corpus_factory import make_image_corpus
+from helpers.packs import text_pack
 
 SIZES = {"web": 200, "code": 37, "books": 90}
 
@@ -21,14 +22,8 @@ SIZES = {"web": 200, "code": 37, "books": 90}
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory):
     """name -> pack of text samples (blocks of 8): 200, 37 and 90 samples of varied lengths."""
-    out = {}
-    for name, n in SIZES.items():
-        source = tmp_path_factory.mktemp(f"blend-{name}")
-        for i in range(n):
-            write_text(source / f"c{i % 2}" / f"{name}{i:03d}.txt", 2 + (i * 7) % 29, seed=i)
-        out[name] = tmp_path_factory.mktemp(f"blend-pack-{name}") / "pack"
-        pack(source, out[name], PackOptions(block_samples=8), progress=False)
-    return out
+    return {name: text_pack(tmp_path_factory, f"blend-{name}", [2 + (i * 7) % 29 for i in range(n)], stem=name)
+            for name, n in SIZES.items()}
 
 
 def two(packs) -> dict:

@@ -7,20 +7,14 @@ import pytest
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from corgi_io import PackOptions, pack
 from corgi_io.loaders import Batch, CorgiPileDataset, PackedBytes, to_device
 from corgi_io.loaders.device import _moved
-from helpers.corpus_factory import write_text
+from helpers.packs import text_pack
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    source = tmp_path_factory.mktemp("device-corpus")
-    for i in range(60):
-        write_text(source / f"c{i % 2}" / f"t{i:02d}.txt", 3 + i % 7, seed=i)
-    root = tmp_path_factory.mktemp("device") / "pack"
-    pack(source, root, PackOptions(block_samples=8), progress=False)
-    return root
+    return text_pack(tmp_path_factory, "device", [3 + i % 7 for i in range(60)])
 
 
 def loader(root):

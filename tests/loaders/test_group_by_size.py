@@ -5,21 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corgi_io import ArgumentError, PackOptions, pack
+from corgi_io import ArgumentError
 from corgi_io.loaders import CorgiPileDataset
-from helpers.corpus_factory import write_text
+from helpers.packs import text_pack
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     """300 texts whose token counts (the sizes) are long-tailed."""
-    source = tmp_path_factory.mktemp("group-corpus")
     lengths = np.minimum(np.random.default_rng(0).lognormal(np.log(20), 1.0, 300), 400).astype(int) + 1
-    for i, n in enumerate(lengths.tolist()):
-        write_text(source / f"c{i % 2}" / f"t{i:03d}.txt", n, seed=i)
-    root = tmp_path_factory.mktemp("group") / "pack"
-    pack(source, root, PackOptions(block_samples=10), progress=False)
-    return root
+    return text_pack(tmp_path_factory, "group", lengths, block_samples=10)
 
 
 def padding_waste(batches) -> float:

@@ -15,18 +15,14 @@ from corgi_io import ResumeError
 from corgi_io.loaders import CorgiPileDataset
 from corgi_io import PackOptions, pack
 from helpers.corpus_factory import write_text
+from helpers.packs import text_pack
 
 
 # --- CorgiPileDataset through StatefulDataLoader -----------------------------------------------------
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    source = tmp_path_factory.mktemp("resume-corpus")
-    for i in range(150):
-        write_text(source / f"c{i % 3}" / f"t{i:03d}.txt", 3 + i % 17, seed=i)
-    root = tmp_path_factory.mktemp("resume") / "pack"
-    pack(source, root, PackOptions(block_samples=8), progress=False)
-    return root
+    return text_pack(tmp_path_factory, "resume", [3 + i % 17 for i in range(150)], classes=3)
 
 
 def keys_of(batch) -> list:
