@@ -44,7 +44,17 @@ def pack_bytes(root: Path) -> int:
 
 
 def folder_bytes(cache_dir: Path) -> int:
-    return sum(path.stat().st_size for path in cache_dir.rglob("*") if path.is_file() and not path.name.startswith("."))
+    """Bytes of the cached pieces now in the folder. The read-ahead thread evicts while we list, so a file that
+    vanishes between the listing and its stat counts as gone (it is)."""
+    total = 0
+    for path in cache_dir.rglob("*"):
+        if path.name.startswith("."):
+            continue
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def epoch_samples(ds, epoch: int, during=None) -> list:
