@@ -9,6 +9,10 @@ longest sample; waste = (padded tokens - real tokens) / padded tokens, over the 
 random batches (a full shuffle, cut every B).  HF's `group_by_length` sorts megabatches of 50 x B random
 samples by length.  corgi: one worker's CorgiPile stream with size-balanced batches (the default), then with
 `group_by_size=True`.  The seed changes the corpus; each line gives the median of --rounds seeds.
+
+Then budgeted batches (`batch_budget=T`, balance="size", --world ranks of one worker each) under both cost
+models: padding waste, the p95 over steps of max rank cost / mean rank cost (goal <= 1.05), the mean
+fill (a batch's cost / T), and the planning time of one rank's epoch (every rank's fewest counts included).
 """
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ import statistics
 
 import numpy as np
 
-from corgi_io.schedule import block_order, block_pieces, buffer_plan
+import time
+
+from corgi_io.schedule import (BatchBudget, BlockTable, BudgetPlanner, block_order, block_pieces, buffer_plan,
+                               loader_planner)
 
 
 def lengths(n: int, seed: int) -> np.ndarray:
@@ -48,6 +55,25 @@ def corgi(sizes: np.ndarray, batch_size: int, args, seed: int, group: bool) -> n
                                                      sizes=sizes, batch_size=batch_size, group_by_size=group)])
 
 
+def budgeted(sizes: np.ndarray, args, seed: int, cost: str) -> tuple:
+    """(padding waste, p95 of max/mean rank cost per step, mean fill, seconds to plan rank 0) of one epoch
+    of `batch_budget=args.budget` batches over `args.world` size-balanced ranks."""
+    first = np.arange(0, len(sizes), args.block)
+    count = np.minimum(args.block, len(sizes) - first)
+    base = loader_planner(BlockTable.from_sizes(first, count, sizes), args.world, 0, shuffle="corgipile",
+                          buffer_blocks=args.buffer_blocks, seed=seed, balance="size", drop_last=False, batch_size=None)
+    planner = BudgetPlanner(base, BatchBudget(args.budget, cost))
+    start = time.perf_counter()
+    planner.rank_batches(0)
+    seconds = time.perf_counter() - start
+    ranks = [[batch for _, batch in planner.plan(rank, 0, 1)] for rank in range(args.world)]
+    real = np.array([[sizes[b].sum() for b in batches] for batches in ranks], np.float64)
+    padded = np.array([[len(b) * sizes[b].max() for b in batches] for batches in ranks], np.float64)
+    paid = padded if cost == "padded" else real
+    p95 = float(np.percentile(paid.max(axis=0) / paid.mean(axis=0), 95))
+    return 1 - real.sum() / padded.sum(), p95, float(paid.mean() / args.budget), seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200_000)
@@ -55,6 +81,7 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=256)
     parser.add_argument("--buffer-blocks", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--world", type=int, default=8)
     args = parser.parse_args()
     results = {"random batches (baseline)": [], "corgipile size-balanced": [], "HF group_by_length": [],
                "corgipile group_by_size": []}
@@ -73,6 +100,20 @@ def main() -> None:
     for name, got in results.items():
         w = statistics.median(got)
         print(f"batch_waste {name:28s} padding waste {100 * w:5.1f}%  ratio {w / base:5.2f}x vs random batches")
+    budget_lines(args)
+
+
+def budget_lines(args) -> None:
+    """The budgeted batches' lines (median of --rounds seeds), against the random batches' waste."""
+    for cost in ("padded", "sum"):
+        got = [budgeted(lengths(args.n, seed), args, seed, cost) for seed in range(args.rounds)]
+        w, p95, fill, seconds = (statistics.median(column) for column in zip(*got))
+        base = statistics.median(waste(np.random.default_rng(seed).permutation(args.n), lengths(args.n, seed),
+                                       max(1, round(args.budget / lengths(args.n, seed).mean())))
+                                 for seed in range(args.rounds))
+        print(f"batch_waste corgipile batch_budget {cost:6s}      padding waste {100 * w:5.1f}%  ratio {w / base:5.2f}x "
+              f"vs random batches; p95 max/mean rank cost {p95:.3f} (goal <= 1.05) over {args.world} ranks; "
+              f"fill {100 * fill:.1f}% of T; plan {seconds:.2f} s")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ dataset holds its checked options (`spec`, frozen) and the epoch's `EpochPlanner
 """
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from operator import attrgetter
@@ -82,7 +84,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  storage_options: dict | None = None, verify_reads: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
                  cache_limit: int | None = None, cache_policy: str = "belady", weights=None,
-                 samples_per_epoch=None, group_by_size: bool = False):
+                 samples_per_epoch=None, group_by_size: bool = False, batch_budget: int | None = None,
+                 batch_cost: str = "padded"):
         super().__init__()
         self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
                                   transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
@@ -90,7 +93,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                                   read_threads=read_threads, storage_options=storage_options,
                                   verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error,
                                   cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
-                                  group_by_size=group_by_size)
+                                  group_by_size=group_by_size, batch_budget=batch_budget, batch_cost=batch_cost)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.decode = get_decoder(decode, self.spec.max_pixels)
         self.packs = self._open(source, partitions, weights, samples_per_epoch)
@@ -108,9 +111,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                 raise ArgumentError("weights= and samples_per_epoch= blend several packs: pass source= as a mapping "
                                     "{name: pack}")
             return OnePack(source, self.spec, partitions)
-        if partitions is not None or self.spec.group_by_size:
-            raise ArgumentError("partitions= (which pins one pack's shards to ranks) and group_by_size= do not "
-                                "apply to a blend")
+        if partitions is not None or self.spec.group_by_size or self.spec.batch_budget is not None:
+            raise ArgumentError("partitions= (which pins one pack's shards to ranks), group_by_size= and "
+                                "batch_budget= do not apply to a blend")
         blend = PackBlend(source, self.spec, weights, samples_per_epoch)
         blend.check_batchable(self.decode, self.spec.batch_size, self.spec.collate_fn)
         return blend
@@ -214,17 +217,25 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._progress.loaded, self.epoch = merged, merged["epoch"]
 
     def __iter__(self):
-        """This worker's samples of the epoch, or its collated batches with `batch_size`."""
-        samples, spec = self._samples(), self.spec  # progress counts samples: a batch boundary when a batch is out
-        return samples if spec.batch_size is None else collated_batches(samples, spec.batch_size, spec.collate_fn)
+        """This worker's samples of the epoch, or its collated batches with `batch_size` or `batch_budget`."""
+        spec = self.spec  # progress counts samples: a batch boundary when a batch is out
+        if spec.batch_budget is not None:  # the plan lists one batch per item: their sizes, as it is made
+            sizes = collections.deque()
+            return collated_batches(self._samples(sizes), iter(sizes.popleft, None), spec.collate_fn)
+        if spec.batch_size is not None:
+            return collated_batches(self._samples(), itertools.repeat(spec.batch_size), spec.collate_fn)
+        return self._samples()
 
-    def _samples(self):
-        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed."""
+    def _samples(self, batch_sizes=None):
+        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed.  Given a
+        deque `batch_sizes`, the plan (a batch per item) is made whole first, its items' sizes added there."""
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
         planner = self.planner
         reader = self.last_reader = self.packs.reader(planner)
         plan = self._progress.start(planner, self.rank, worker, num_workers)
+        if batch_sizes is not None:  # a planner that counts items gives its plan whole
+            batch_sizes.extend(len(order) for _, order in plan)
         readers = self.packs.piece_readers(reader)
         if any(r.cache is not None for r in readers):  # the next epoch's plan is the rest of the known future
             upcoming = self.packs.planner(self.world_size, self.epoch + 1, self.cost_model)

@@ -132,8 +132,11 @@ def batch_survivors(batch: list) -> list:
                       offset=last.offset, key=last.key)
 
 
-def collated_batches(samples, batch_size: int, collate_fn):
-    """`collate_fn` of the survivors (`batch_survivors`) of each run of `batch_size` of a worker's `samples`: whole
+def collated_batches(samples, batch_sizes, collate_fn):
+    """`collate_fn` of the survivors (`batch_survivors`) of each batch of a worker's `samples`, batch after batch
+    as long as samples come: each batch's size is the next of the iterator `batch_sizes`, read once its first
+    sample is out (so a plan that lists the sizes may be made lazily, by the samples' own generator).  Whole
     batches but for the rank's last one, since a worker's share is whole batches (`worker_counts`)."""
-    while batch := list(itertools.islice(samples, batch_size)):
+    for first in samples:
+        batch = [first, *itertools.islice(samples, next(batch_sizes) - 1)]
         yield collate_fn(batch_survivors(batch))

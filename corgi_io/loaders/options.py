@@ -8,14 +8,15 @@ from dataclasses import dataclass
 
 from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule import BALANCES, SHUFFLES, BlockTable, EpochPlanner, loader_planner
+from corgi_io.schedule import BALANCES, SHUFFLES, BatchBudget, BlockTable, BudgetPlanner, EpochPlanner, loader_planner
 from corgi_io.schedule.eviction import EVICTIONS
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
 
 COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0, True), ("batch_size", 1, True),
-          ("read_threads", 1, True), ("max_pixels", 1, True))  # (name, least, None allowed); rank: rank_and_world
+          ("read_threads", 1, True), ("max_pixels", 1, True),
+          ("batch_budget", 1, True))  # (name, least, None allowed); rank: rank_and_world
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,23 @@ class LoaderSpec:
     cache_limit: int | None  # bytes of pieces the cache holds, with cache_dir
     cache_policy: str  # a `schedule.eviction.EVICTIONS` name
     group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones
+    batch_budget: int | None  # batches of cost <= this (schedule.budget), instead of batch_size
+    batch_cost: str  # a `schedule.budget.BATCH_COSTS` name: what a batch costs against batch_budget
 
-    def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
+    def planner(self, manifest, world_size: int, epoch: int, cost_model=None,
+                owner=None) -> EpochPlanner | BudgetPlanner:
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
-        (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them."""
-        return loader_planner(block_table(manifest), world_size, epoch, cost_model=cost_model, owner=owner,
+        (`loader_planner`, wrapped in a `BudgetPlanner` with `batch_budget`); `cost_model` and `owner` as
+        `plan_epoch` takes them."""
+        base = loader_planner(block_table(manifest), world_size, epoch, cost_model=cost_model, owner=owner,
                               **self.plan_options)
+        return base if self.batch_budget is None else BudgetPlanner(base, BatchBudget(self.batch_budget,
+                                                                                      self.batch_cost))
+
+    @property
+    def batched(self) -> bool:
+        """Whether the dataset yields batches (of `batch_size` samples, or within `batch_budget`)."""
+        return self.batch_size is not None or self.batch_budget is not None
 
     @property
     def plan_options(self) -> dict:
@@ -59,7 +71,8 @@ class LoaderSpec:
         options (the world size and workers may differ)."""
         return {"pack": pack, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance,
                 "drop_last": self.drop_last, "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
-                "partitioned": partitioned, **({"group_by_size": True} if self.group_by_size else {})}
+                "partitioned": partitioned, **({"group_by_size": True} if self.group_by_size else {}),
+                **({"batch_budget": self.batch_budget, "batch_cost": self.batch_cost} if self.batch_budget else {})}
 
 
 def block_table(manifest) -> BlockTable:
@@ -82,19 +95,35 @@ def check_options(**options) -> LoaderSpec:
     if options["partitions"] is not None:
         check_mapping("partitions", options["partitions"])
     batch_size, balance = options["batch_size"], options["balance"]
-    if batch_size is None and options["collate_fn"] is not collate_samples:
-        raise ArgumentError("collate_fn= collates the dataset's batches: it needs batch_size=")
-    if balance != "count" and (batch_size is None or options["shuffle"] != "corgipile"):  # else steps are not balanced
+    check_budget(options)
+    batched = batch_size is not None or options["batch_budget"] is not None
+    if not batched and options["collate_fn"] is not collate_samples:
+        raise ArgumentError("collate_fn= collates the dataset's batches: it needs batch_size= or batch_budget=")
+    if balance != "count" and (not batched or options["shuffle"] != "corgipile"):  # else steps are not balanced
         raise ArgumentError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
-                            "it needs batch_size= and shuffle='corgipile'")
+                            "it needs batch_size= (or batch_budget=) and shuffle='corgipile'")
     if options["group_by_size"] and (batch_size is None or options["shuffle"] != "corgipile" or balance != "count"):
         raise ArgumentError("group_by_size groups each CorgiPile buffer's batches by size: it needs batch_size=, "
                             "shuffle='corgipile' and balance='count'")
-    check_on_error(options["on_error"], batch_size)
+    check_on_error(options["on_error"], batch_size or options["batch_budget"])
     if options["prefetch_blocks"] is None:
         options["prefetch_blocks"] = options["buffer_blocks"]
     check_cache(options)
     return LoaderSpec(**options)
+
+
+def check_budget(options: dict) -> None:
+    """batch_budget (an int >= 1, already checked) instead of batch_size, from CorgiPile buffers of one pack's
+    samples; batch_cost a known cost model (`schedule.budget.BATCH_COSTS`)."""
+    BatchBudget(options["batch_budget"] or 1, options["batch_cost"])  # the cost's name, checked
+    if options["batch_budget"] is None:
+        return
+    if options["batch_size"] is not None:
+        raise ArgumentError("batch_budget= cuts batches of varying sizes within a budget; batch_size= fixes "
+                            "their size: give one of them")
+    if options["shuffle"] != "corgipile" or options["group_by_size"] or options["partitions"] is not None:
+        raise ArgumentError("batch_budget= cuts each CorgiPile buffer into batches: it needs shuffle='corgipile', "
+                            "and does not combine with group_by_size= (it groups by size itself) or partitions=")
 
 
 def check_cache(options: dict) -> None:

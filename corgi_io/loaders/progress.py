@@ -7,18 +7,32 @@ remain, for which worker) is the pure arithmetic of `corgi_io.schedule.resume`.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from corgi_io.schedule import EpochPlanner, resumed_plan, worker_state
 
 from corgi_io.loaders.distributed import worker_and_count
 
 
 class Progress:
-    """One process's place in its epoch, and a loaded state not yet resumed."""
+    """One process's place in its epoch, and a loaded state not yet resumed.
+
+    The saved count is in the planner's units: samples, or plan items (batches) for a planner that
+    `counts_items` (budgeted batches, whose ranks step alike in batches but not in samples)."""
 
     def __init__(self):
         self.loaded = None   # a merged saved state (`merge_states`), applied by the next iteration of its epoch
         self.current = None  # (epoch, finished segments, world, workers, worker) of this process's iteration
-        self.yielded = 0     # samples that iteration has yielded, counting those a resume skipped
+        self.yielded = 0     # samples that iteration has yielded since it started
+        self.done = 0        # units a resume skipped
+        self.item_ends = None  # counting items: where each item of this iteration's plan ends, in samples
+
+    @property
+    def units(self) -> int:
+        """Units yielded in this iteration's epoch: samples, or whole plan items."""
+        if self.item_ends is None:
+            return self.done + self.yielded
+        return self.done + int(np.searchsorted(self.item_ends, self.yielded, side="right"))
 
     def state(self, identity: dict, epoch: int, world_size: int) -> dict:
         """This process's saved state: the loaded point while it waits (so a checkpoint taken before the
@@ -29,8 +43,8 @@ class Progress:
                                              worker, count) for worker, count in r["yielded"].items()]}
         if self.current is None:  # not iterated yet in this process (a worker that has yielded nothing)
             worker, workers = worker_and_count()
-            self.current, self.yielded = (epoch, [], world_size, workers, worker), 0
-        return worker_state(identity, *self.current, self.yielded)
+            self.current, self.yielded, self.done, self.item_ends = (epoch, [], world_size, workers, worker), 0, 0, None
+        return worker_state(identity, *self.current, self.units)
 
     def start(self, planner: EpochPlanner, rank: int, worker: int, num_workers: int):
         """The buffer plan of a worker's iteration of `planner`'s epoch, from where it stands: a loaded state of
@@ -39,8 +53,11 @@ class Progress:
         due = self.loaded is not None and self.loaded["epoch"] == epoch
         resume, self.loaded = (self.loaded, None) if due else (None, self.loaded)
         if resume is None:
-            plan, finished, self.yielded = planner.plan(rank, worker, num_workers), [], 0
+            plan, finished, self.done = planner.plan(rank, worker, num_workers), [], 0
         else:
-            plan, finished, self.yielded = resumed_plan(planner, rank, worker, num_workers, resume)
-        self.current = (epoch, finished, world_size, num_workers, worker)
+            plan, finished, self.done = resumed_plan(planner, rank, worker, num_workers, resume)
+        self.current, self.yielded, self.item_ends = (epoch, finished, world_size, num_workers, worker), 0, None
+        if planner.counts_items:
+            plan = list(plan)
+            self.item_ends = np.cumsum([len(order) for _, order in plan])
         return plan

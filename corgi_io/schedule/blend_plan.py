@@ -33,6 +33,8 @@ class BlendPlanner:
     ``blend`` (None for a source with none), ``weights`` shape each row, ``batch_size`` (None: samples) sizes
     the rows.  ``rank_cache`` keeps the rows once computed (each source's planner keeps its ranks' pieces)."""
 
+    counts_items = False  # resume counts samples, not plan items
+
     blend: BlendEpoch
     weights: np.ndarray
     parts: tuple

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from corgi_io.schedule.assign import rank_plan
+from corgi_io.errors import ArgumentError
+from corgi_io.schedule.assign import plan_epoch
 from corgi_io.schedule.modes import BALANCES, SHUFFLES
 from corgi_io.schedule.order import block_order
 from corgi_io.schedule.pieces import block_pieces, piece_counts
@@ -39,6 +40,8 @@ class EpochPlanner:
     block: a resume's remainder (count-balanced), or one source's share of a blend's epoch
     (`corgi_io.schedule.blend_plan`).  ``rank_cache`` holds each rank's pieces once planned.
     """
+
+    counts_items = False  # resume counts samples, not plan items
     table: BlockTable
     spec: EpochSpec
     batch_size: int | None = None
@@ -64,18 +67,33 @@ class EpochPlanner:
     def rank_pieces(self, rank: int) -> np.ndarray:
         """Rank `rank`'s pieces (rows (block, start, stop), read order), planned on the first call only."""
         if rank not in self.rank_cache:
-            self.rank_cache[rank] = self._plan_rank(rank)
+            if not 0 <= rank < self.spec.world_size:
+                raise ArgumentError(f"rank must be in [0, {self.spec.world_size}), got {rank}")
+            self.rank_cache[rank] = self._to_blocks(self._assignment().rank(rank))
         return self.rank_cache[rank]
 
-    def _plan_rank(self, rank: int) -> np.ndarray:
-        """Rank `rank`'s pieces of the epoch, or of the remainder (its runs' rows mapped back to the pack's blocks)."""
+    def every_rank_pieces(self) -> list:
+        """Every rank's pieces, from one placement of the epoch (what a plan that must agree across ranks
+        reads, such as budgeted batches' step count), kept as `rank_pieces` keeps them."""
+        if len(self.rank_cache) < self.spec.world_size:
+            for rank, pieces in enumerate(self._assignment().ranks()):
+                self.rank_cache.setdefault(rank, self._to_blocks(pieces))
+        return [self.rank_cache[rank] for rank in range(self.spec.world_size)]
+
+    def _assignment(self):
+        """`plan_epoch` of the epoch, or of the remainder with its runs as blocks."""
         if self.runs is None:
-            return rank_plan(self.table, self.spec, rank, cost_model=self.cost_model, owner=self.owner)
+            return plan_epoch(self.table, self.spec, cost_model=self.cost_model, owner=self.owner)
         runs, by_size = self.runs, BALANCES[self.spec.balance].by_size
         table = BlockTable(runs[:, 1], runs[:, 2] - runs[:, 1], self.table.sizes_of(runs) if by_size else None,
                            self.table.sizes)
-        pieces = rank_plan(table, self.spec, rank, cost_model=self.cost_model)
-        return np.column_stack([runs[pieces[:, 0], 0], pieces[:, 1:]]) if len(pieces) else pieces
+        return plan_epoch(table, self.spec, cost_model=self.cost_model)
+
+    def _to_blocks(self, pieces: np.ndarray) -> np.ndarray:
+        """Pieces of the assignment as pieces of the pack: a remainder's rows name runs, mapped to their blocks."""
+        if self.runs is None or not len(pieces):
+            return pieces
+        return np.column_stack([self.runs[pieces[:, 0], 0], pieces[:, 1:]])
 
     def worker_pieces(self, rank: int, worker: int, num_workers: int) -> np.ndarray:
         """The pieces one of a rank's `num_workers` DataLoader workers reads: whole batches with `batch_size`,

@@ -13,7 +13,7 @@ import numpy as np
 from corgi_io.errors import ArgumentError
 
 # Stream tags: one per consumer of randomness.
-BLOCKS, BALANCE, BUFFER, WINDOW, FULL = range(5)
+BLOCKS, BALANCE, BUFFER, WINDOW, FULL, BUDGET = range(6)
 
 
 def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:

@@ -71,8 +71,10 @@ def _holds_any(pieces: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.searchsorted(ids, pieces[:, 2], side="left") > np.searchsorted(ids, pieces[:, 1], side="left")
 
 
-def consumed_samples(num_samples: int, orders_of, world_size: int, yielded) -> np.ndarray:
-    """Bool mask of the samples a world of `world_size` ranks yielded when worker w of each had yielded `yielded[w]`.
+def consumed_samples(num_samples: int, orders_of, world_size: int, yielded, by_items: bool = False) -> np.ndarray:
+    """Bool mask of the samples a world of `world_size` ranks yielded when worker w of each had yielded `yielded[w]`
+    samples, or, `by_items`, `yielded[w]` whole items of its plan (budgeted batches: ranks step alike in batches,
+    not in samples).
 
     `orders_of(rank, worker)` gives that worker's yield orders (arrays of sample ids) in turn.
     O(samples consumed) plus the planning `orders_of` does.
@@ -84,9 +86,9 @@ def consumed_samples(num_samples: int, orders_of, world_size: int, yielded) -> n
             for order in orders_of(rank, worker):
                 if taken >= count:
                     break
-                head = order[:count - taken]
+                head = order if by_items else order[:count - taken]
                 consumed[head] = True
-                taken += len(head)
+                taken += 1 if by_items else len(head)
     return consumed
 
 
@@ -117,7 +119,8 @@ def segment_consumed(planner: EpochPlanner, segment: dict, runs: np.ndarray | No
     def orders_of(rank: int, worker: int):
         return (order for _, order in world.plan(rank, worker, workers))
 
-    return consumed_samples(planner.table.num_samples, orders_of, segment["world_size"], segment["yielded"])
+    return consumed_samples(planner.table.num_samples, orders_of, segment["world_size"], segment["yielded"],
+                            planner.counts_items)
 
 
 def remaining_pieces(planner: EpochPlanner, finished: list) -> np.ndarray | None:
@@ -132,18 +135,21 @@ def remaining_pieces(planner: EpochPlanner, finished: list) -> np.ndarray | None
 
 
 def resumed_plan(planner: EpochPlanner, rank: int, worker: int, num_workers: int, resume: dict) -> tuple:
-    """(buffer plan, finished segments, samples already yielded) of one worker of `planner`'s world resuming
-    `resume` (`merge_states`, of the planner's epoch).
+    """(buffer plan, finished segments, units already yielded) of one worker of `planner`'s world resuming
+    `resume` (`merge_states`, of the planner's epoch).  Units are samples, or a planner's plan items when it
+    `counts_items` (budgeted batches).
 
-    The same world and worker count continue each worker's own plan after its `yielded` samples
+    The same world and worker count continue each worker's own plan after its `yielded` units
     (`skip_consumed`); another one finishes the interrupted segment and plans the samples no rank
     yielded over the new world, which needs every worker's progress (ResumeError otherwise).
     """
     finished, yielded, old_workers = resume["finished"], resume["yielded"], resume["num_workers"]
     same_world = (planner.spec.world_size, num_workers) == (resume["world_size"], old_workers)
     if same_world and worker in yielded:
-        plan = planner.for_world(planner.spec.world_size, remaining_pieces(planner, finished))
-        return skip_consumed(list(plan.plan(rank, worker, num_workers)), yielded[worker]), finished, yielded[worker]
+        segment = planner.for_world(planner.spec.world_size, remaining_pieces(planner, finished))
+        plan, done = list(segment.plan(rank, worker, num_workers)), yielded[worker]
+        samples = sum(len(order) for _, order in plan[:done]) if planner.counts_items else done
+        return skip_consumed(plan, samples), finished, done
     if len(yielded) != old_workers:
         raise ResumeError(f"the state holds {len(yielded)} of {old_workers} workers' progress; resuming with another "
                           "world size or worker count needs the whole StatefulDataLoader state of one rank")

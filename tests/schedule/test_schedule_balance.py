@@ -123,7 +123,7 @@ def test_dataset_refuses_size_balance_without_balanced_batches(tmp_path, kw):
     for i in range(6):
         write_text(tmp_path / "corpus" / f"c{i % 2}" / f"t{i}.txt", n_tokens=20 + 30 * i, seed=i)
     pack(tmp_path / "corpus", tmp_path / "pack", PackOptions(block_samples=2), workers=1, progress=False)
-    with pytest.raises(ValueError, match=r"balance='(size|dynamic)' .*needs batch_size= and shuffle='corgipile'"):
+    with pytest.raises(ValueError, match=r"balance='(size|dynamic)' .*needs batch_size= \(or batch_budget=\) and shuffle='corgipile'"):
         CorgiPileDataset(tmp_path / "pack", rank=0, world_size=2, **kw)
     assert len(CorgiPileDataset(tmp_path / "pack", rank=0, world_size=2, balance=kw["balance"], batch_size=4)) == 1  # batches: 3 samples
 
