@@ -12,11 +12,11 @@ except ModuleNotFoundError as exc:
 # loader built, about nothing a user can change.  Only that message, only from torchdata, is silenced.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning, module="torchdata")
 
-from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
+from corgi_io.loaders.collate import Batch, PackedBytes, PadCollate, collate_samples
 from corgi_io.loaders.dataset import CorgiPileDataset
 from corgi_io.loaders.decode import AutoDecoder
 from corgi_io.loaders.device import DeviceLoader, to_device
 from corgi_io.loaders.video import VideoDecoder
 
-__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "DeviceLoader", "PackedBytes", "VideoDecoder", "collate_samples",
-           "to_device"]
+__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "DeviceLoader", "PackedBytes", "PadCollate", "VideoDecoder",
+           "collate_samples", "to_device"]

@@ -118,6 +118,30 @@ def collate_samples(samples: list) -> Batch:
     return batch
 
 
+class PadCollate:
+    """A `collate_fn` for 1-D sequences of different lengths (``decode="tokens"`` with `batch_budget` or
+    `group_by_size`): field `field` padded with `pad_id` to the batch's longest, as one int64 tensor (B, max),
+    with `mask` (True on real tokens) beside it; every other field as `collate_samples` makes it.  A padded
+    model pays ``B * max`` per batch, which is what ``batch_cost="padded"`` budgets."""
+
+    def __init__(self, pad_id: int = 0, field: str = "data"):
+        self.pad_id, self.field = int(pad_id), field
+
+    def __call__(self, samples: list) -> Batch:
+        rows = [torch.as_tensor(sample[self.field]) for sample in samples]
+        if any(row.dim() != 1 for row in rows):
+            key = next(s.get("key") for s, row in zip(samples, rows) if row.dim() != 1)
+            raise BatchError(f"sample {key!r} has {self.field} of {_describe(rows[0])}: PadCollate pads 1-D sequences")
+        lengths = torch.tensor([len(row) for row in rows], dtype=torch.int64)
+        padded = torch.full((len(rows), int(lengths.max(initial=0)) if len(rows) else 0), self.pad_id, dtype=torch.int64)
+        for i, row in enumerate(rows):
+            padded[i, :len(row)] = row
+        batch = collate_samples([{k: v for k, v in s.items() if k != self.field} for s in samples])
+        batch[self.field] = padded
+        batch["mask"] = torch.arange(padded.shape[1]) < lengths[:, None]
+        return batch
+
+
 def collate_field(name: str, values: list, keys: list):
     """The batched form of one field's `values` (one per sample; `keys` name the samples in errors)."""
     first = values[0]

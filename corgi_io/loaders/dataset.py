@@ -59,7 +59,12 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     `group_by_size=True` and balance "count", length-grouped: each buffer sorted by size and cut, the batches
     shuffled, so padded models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
     (at most one partial per rank), so every rank steps `len(self)` times, ``ceil(samples / B)`` (``floor`` with
-    `drop_last`, which drops the partial batch).  A DataLoader's own `batch_size` batches each worker separately: up
+    `drop_last`, which drops the partial batch).  `batch_budget=T` instead of `batch_size` cuts each CorgiPile
+    buffer into batches of varying size whose cost stays within T (tokens, frames, pixels: the manifest's size):
+    `batch_cost` "padded" (default: ``n * max(size)``, size-sorted batches that pad little) or "sum" (the sizes'
+    sum, for varlen or packed models).  A sample above T is a batch of its own.  Every rank takes the same
+    `len(self)` steps, whatever the worker count; balance "size" makes each step's cost alike on every rank;
+    resume counts batches (`corgi_io.schedule.budget_plan`, docs/algorithms.md).  A DataLoader's own `batch_size` batches each worker separately: up
     to K - 1 more batches than `len(loader)` says.  Every rank yields exactly `len(self)` items (samples, or
     batches) per epoch.  Arguments are checked here, before any read (ArgumentError).
 

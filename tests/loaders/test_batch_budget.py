@@ -9,7 +9,10 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import ArgumentError
-from corgi_io.loaders import CorgiPileDataset
+import torch
+
+from corgi_io.errors import BatchError
+from corgi_io.loaders import CorgiPileDataset, PadCollate
 from helpers.packs import text_pack
 
 BUDGET = 400
@@ -97,3 +100,17 @@ def test_bad_budget_options_are_refused(packed, options, words):
 def test_a_blend_refuses_a_budget(packed):
     with pytest.raises(ArgumentError, match="batch_budget"):
         CorgiPileDataset({"a": packed, "b": packed}, batch_budget=BUDGET)
+
+
+def test_pad_collate_pads_sequences_to_the_longest_with_a_mask(packed):
+    def as_codes(text):  # a word's length as its "token id" (never 0, the pad id)
+        return torch.tensor([len(word) % 90 + 1 for word in text.split()])
+
+    ds = CorgiPileDataset(packed, batch_budget=BUDGET, decode="text", transform=as_codes, collate_fn=PadCollate(0))
+    for batch in ds:
+        lengths = batch["mask"].sum(dim=1)
+        assert batch["data"].shape == batch["mask"].shape and int(lengths.max()) == batch["data"].shape[1]
+        assert (batch["data"][~batch["mask"]] == 0).all() and (batch["data"][batch["mask"]] > 0).all()
+        assert len(batch["key"]) == len(batch["data"])
+    with pytest.raises(BatchError, match="1-D"):
+        PadCollate()([{"key": "a", "data": torch.zeros(2, 2)}])
