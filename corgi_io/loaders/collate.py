@@ -133,7 +133,7 @@ class PadCollate:
             key = next(s.get("key") for s, row in zip(samples, rows) if row.dim() != 1)
             raise BatchError(f"sample {key!r} has {self.field} of {_describe(rows[0])}: PadCollate pads 1-D sequences")
         lengths = torch.tensor([len(row) for row in rows], dtype=torch.int64)
-        padded = torch.full((len(rows), int(lengths.max(initial=0)) if len(rows) else 0), self.pad_id, dtype=torch.int64)
+        padded = torch.full((len(rows), max(map(len, rows), default=0)), self.pad_id, dtype=torch.int64)
         for i, row in enumerate(rows):
             padded[i, :len(row)] = row
         batch = collate_samples([{k: v for k, v in s.items() if k != self.field} for s in samples])
