@@ -22,6 +22,7 @@ from corgi_io.loaders.cache import cached_epoch
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
+from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
@@ -215,11 +216,21 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         """This worker's samples of the epoch, or its collated batches with `batch_size`."""
+        if self.fast_batches:
+            return self._row_batches()
         samples, spec = self._samples(), self.spec  # progress counts samples: a batch boundary when a batch is out
         return samples if spec.batch_size is None else collated_batches(samples, spec.batch_size, spec.collate_fn)
 
-    def _samples(self):
-        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed."""
+    @functools.cached_property
+    def fast_batches(self) -> bool:
+        """Whether batches are built without a dict per sample (`corgi_io.loaders.fast_batches`): raw bytes, the
+        default collate, packs of one field per sample."""
+        manifests = [pack.manifest for pack in getattr(self.packs, "packs", [self.packs])]
+        return fast_batches_apply(self.spec, self.decode, manifests)
+
+    def _start(self):
+        """(reader, plan, worker) of this worker's iteration: the epoch published to it, its reader and its buffer
+        plan from where it stands (a loaded state), through the remote cache when there is one."""
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
         planner = self.planner
@@ -230,6 +241,11 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             upcoming = self.packs.planner(self.world_size, self.epoch + 1, self.cost_model)
             plan = cached_epoch(readers, plan, self.packs.local(planner), upcoming.plan(self.rank, worker, num_workers),
                                 self.packs.local(upcoming), self.spec.prefetch_blocks)
+        return reader, plan, worker
+
+    def _samples(self):
+        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed."""
+        reader, plan, worker = self._start()
         decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # video clips follow (seed, epoch, index)
         prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.packs.locate,
                                  f"rank {self.rank} worker {worker}")
@@ -237,6 +253,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             self._progress.yielded += 1
             yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
         prepare.finish()
+
+    def _row_batches(self):
+        """This worker's batches of the epoch, the same as `collated_batches` of `_samples`, built from the read
+        pieces with numpy (`fast_batches`)."""
+        reader, plan, _ = self._start()
+        for rows in reader.batches(plan, self.spec.batch_size):
+            self._progress.yielded += len(rows.offsets) - 1
+            yield row_batch(rows)
 
 
 for _option in fields(LoaderSpec):  # the options read as before (`ds.seed`, `ds.batch_size`...), from the spec

@@ -30,6 +30,7 @@ from corgi_io.reading.verify import PieceVerifier
 from corgi_io.reading.in_flight import InFlight
 from corgi_io.reading.order import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
+from corgi_io.reading.rows import PieceRows, ordered_batches
 from corgi_io.reading.split import PieceSplitter
 
 
@@ -104,6 +105,12 @@ class PieceReader:
         return ordered_samples(plan, self.piece_samples, lambda piece: self.byte_range(piece)[2], self.residency,
                                ahead=self.prefetch_pieces, threads=self.read_threads)
 
+    def batches(self, plan, batch_size: int):
+        """Yield the plan's samples as `RowBatch`es of `batch_size` (the last one shorter), in the order `samples`
+        yields them, built without a dict per sample (`corgi_io.reading.rows`; single-field packs)."""
+        return ordered_batches(plan, self.piece_rows, lambda piece: self.byte_range(piece)[2], self.residency,
+                               batch_size, ahead=self.prefetch_pieces, threads=self.read_threads)
+
     def read_piece(self, piece) -> bytes:
         """A piece's records: one ranged read (or the cache's copy), verified when verification is on."""
         _, start, stop = piece
@@ -129,6 +136,11 @@ class PieceReader:
         split, in a reading thread."""
         data = self.read_piece(piece)
         return (int(piece[1]), *self.splitter.split(piece, data), len(data))
+
+    def piece_rows(self, piece) -> PieceRows:
+        """The piece read and verified, its samples as columns (`PieceSplitter.columns`), in a reading thread."""
+        data = self.read_piece(piece)
+        return PieceRows(int(piece[1]), data, self.splitter.columns(piece))
 
 
 def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, threads: int):
