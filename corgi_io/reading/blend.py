@@ -56,10 +56,10 @@ class BlendReader:
     def piece_rows(self, piece) -> PieceRows:
         """One virtual piece as `PieceRows` of its virtual ids, read through its source's reader, in a reading thread."""
         source, local = self.local(piece)
-        _, data, columns = self.readers[source].piece_rows(local)
-        names = np.empty(len(columns["begin"]), dtype=object)
+        rows = self.readers[source].piece_rows(local)
+        names = np.empty(len(rows.columns["begin"]), dtype=object)
         names[:] = self.names[source]
-        return PieceRows(int(piece[1]), data, {**columns, "source": names})
+        return rows._replace(first=int(piece[1]), columns={**rows.columns, "source": names})
 
     def _nbytes(self, piece) -> int:
         source, local = self.local(piece)

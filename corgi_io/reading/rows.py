@@ -31,11 +31,13 @@ _ORDER = ("index", "key", "label", "size", "kind", "ext")  # the sample dict's f
 
 
 class PieceRows(NamedTuple):
-    """One piece read for batches: its first id, its bytes (verified), and its samples' columns (`columns`)."""
+    """One piece read for batches: its first id, its bytes (verified), its samples' columns (`columns`), and what
+    to call with `data` once none of it is needed (a `BufferPool`'s `give`), if anything."""
 
     first: int
     data: bytes
     columns: dict
+    release: object = None
 
 
 class RowBatch(NamedTuple):
@@ -80,13 +82,14 @@ class ResidentRows:
         self.table = None     # column name -> array, one row per resident id, sorted by "id"
         self.pending = []     # rows of the pieces that arrived since the last `flush`
         self.views = {}       # piece number -> memoryview of its bytes
+        self.owners = {}      # piece number -> (its release or None, its data), for when it leaves
         self.pieces = 0       # pieces numbered so far
 
     def add(self, piece: PieceRows) -> None:
         """A piece read: its rows wait for the next `flush`, its bytes stay whole."""
         n, number = len(piece.columns["begin"]), self.pieces
         self.pieces += 1
-        self.views[number] = memoryview(piece.data)
+        self.views[number], self.owners[number] = memoryview(piece.data), (piece.release, piece.data)
         self.residency.split(len(piece.data), len(piece.data))  # held whole until its rows are batched
         self.pending.append({**piece.columns, "id": np.arange(piece.first, piece.first + n, dtype=np.int64),
                              "piece": np.full(n, number, dtype=np.int64), "due": np.ones(n, dtype=np.int64)})
@@ -130,13 +133,20 @@ class ResidentRows:
         due_bytes = np.bincount(inverse, weights=t["end"] - t["begin"], minlength=len(numbers))
         sizes = np.array([len(self.views[p]) for p in numbers.tolist()], dtype=np.int64)
         sparse = numbers[due_bytes * 2 < sizes]
-        freed = sum(len(self.views.pop(p)) for p in set(self.views) - set(numbers.tolist()))
+        freed = sum(self._drop(p) for p in set(self.views) - set(numbers.tolist()))
         if len(sparse):
-            freed += int(sizes[np.isin(numbers, sparse)].sum()) - self._gather_into_one(t, np.isin(t["piece"], sparse))
-            for p in sparse.tolist():
-                del self.views[p]
+            freed -= self._gather_into_one(t, np.isin(t["piece"], sparse))
+            freed += sum(self._drop(p) for p in sparse.tolist())
         self.residency.release(freed)
         self.table = t
+
+    def _drop(self, number: int) -> int:
+        """Forget a piece (its buffer goes back where it came from); returns its bytes."""
+        release, data = self.owners.pop(number)
+        nbytes = len(self.views.pop(number))
+        if release is not None:
+            release(data)
+        return nbytes
 
     def _gather_into_one(self, t: dict, move: np.ndarray) -> int:
         """Copy the payloads of the rows `move` of table `t` into one new piece, and point those rows at it;
@@ -148,6 +158,6 @@ class ResidentRows:
         t["begin"][move] = np.cumsum(lengths) - lengths
         t["end"][move] = t["begin"][move] + lengths
         t["piece"][move] = self.pieces
-        self.views[self.pieces] = memoryview(data)
+        self.views[self.pieces], self.owners[self.pieces] = memoryview(data), (None, data)
         self.pieces += 1
         return len(data)

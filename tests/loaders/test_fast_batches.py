@@ -196,3 +196,26 @@ def test_resident_rows_repeat_a_twice_read_sample_and_free_what_is_batched():
     assert residency.held == sum(len(payloads[i]) for i in (1, 2, 4))
     with pytest.raises(KeyError):
         rows.take(np.array([0]))  # already batched: a broken plan
+
+
+def test_read_buffers_are_reused_across_epochs_without_changing_a_batch(texts):
+    fast, slow = both(texts, batch_size=6, seed=8, buffer_blocks=2, prefetch_blocks=2)
+    for epoch in range(3):
+        fast.set_epoch(epoch), slow.set_epoch(epoch)
+        assert_same(fast, slow)
+        pool = fast.packs._pool
+        if epoch == 0:
+            buffers = {id(buffer) for buffer in pool._free}
+    assert buffers and {id(buffer) for buffer in pool._free} == buffers  # the first epoch's buffers, nothing new
+
+
+def test_a_short_read_into_a_buffer_is_a_storage_error(texts):
+    from corgi_io import StorageError
+    from corgi_io.storage import open_storage
+
+    storage = open_storage(str(texts))
+    shard = sorted(p.name for p in texts.iterdir() if p.suffix in (".tar", ".tfrecord"))[0]
+    size = (texts / shard).stat().st_size
+    assert bytes(storage.read_range_into(shard, 10, memoryview(bytearray(5)))) == storage.read_range(shard, 10, 5)
+    with pytest.raises(StorageError, match="short read"):
+        storage.read_range_into(shard, size - 3, memoryview(bytearray(8)))
