@@ -54,7 +54,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     With `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)` (default `collate_samples`:
     equal-shape arrays stacked, so decode to a fixed size with a resize `transform`; raw bytes cross the worker
-    queue as one `PackedBytes` buffer), size-balanced inside each buffer under "corgipile" (or, with
+    queue as one `PackedBytes` buffer; with raw bytes, no transform, the default collate and one field per sample,
+    `fast_batches` is on: each batch is gathered from the read pieces with numpy, no dict per sample, the same
+    batch field for field), size-balanced inside each buffer under "corgipile" (or, with
     `group_by_size=True` and balance "count", length-grouped: each buffer sorted by size and cut, the batches
     shuffled, so padded models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
     (at most one partial per rank), so every rank steps `len(self)` times, ``ceil(samples / B)`` (``floor`` with
