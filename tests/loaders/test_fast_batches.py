@@ -206,7 +206,8 @@ def test_read_buffers_are_reused_across_epochs_without_changing_a_batch(texts):
         pool = fast.packs._pool
         if epoch == 0:
             buffers = {id(buffer) for buffer in pool._free}
-    assert buffers and {id(buffer) for buffer in pool._free} == buffers  # the first epoch's buffers, nothing new
+        assert len(pool._free) <= 2 * 2 + 2  # at most the pieces held at once: two buffers', and those read ahead
+    assert buffers and buffers <= {id(buffer) for buffer in pool._free}  # the first epoch's buffers, reused
 
 
 def test_a_short_read_into_a_buffer_is_a_storage_error(texts):
