@@ -6,7 +6,9 @@ and its peak RSS is its own.  It prints one JSON line: samples/s, MB/s, samples,
 RSS in MB of the process (with `--workers`, also the largest DataLoader worker's).
 
 Contenders, bytes only, shuffle on:
-  corgi       CorgiPileDataset(ROOT), checksums checked (the default)
+  corgi       CorgiPileDataset(ROOT), checksums checked (the default); with --batch-size B its batches
+  corgi-per-sample CorgiPileDataset(ROOT, batch_size=B) through its per-sample path (a collate_fn of its own that
+              calls collate_samples), the batches of before issue 20 §4 (bench/load.py --batches)
   corgi-blend CorgiPileDataset({name: pack}) over the packs in ROOT's subfolders, equal weights,
               --samples-per-epoch samples an epoch (bench/load.py --blend)
   litdata     litdata.StreamingDataset(ROOT, shuffle=True) over chunks litdata wrote itself
@@ -29,7 +31,7 @@ from pathlib import Path
 def corgi(root: str, args):
     from corgi_io.loaders import CorgiPileDataset
 
-    return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0), "data"
+    return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0, batch_size=args.batch_size), "data"
 
 
 def corgi_blend(root: str, args):
@@ -59,7 +61,22 @@ def mosaic(root: str, args):
     return StreamingDataset(local=root, shuffle=True, shuffle_seed=0, batch_size=64), "data"
 
 
-CONTENDERS = {"corgi": corgi, "corgi-blend": corgi_blend, "litdata": litdata, "webdataset": webdataset, "mosaic": mosaic}
+def corgi_per_sample(root: str, args):
+    from corgi_io.loaders import CorgiPileDataset
+
+    return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0, batch_size=args.batch_size,
+                            collate_fn=per_sample_collate), "data"
+
+
+def per_sample_collate(samples: list):
+    """`collate_samples` behind a collate_fn of its own: the dataset batches through its per-sample path."""
+    from corgi_io.loaders.collate import collate_samples
+
+    return collate_samples(samples)
+
+
+CONTENDERS = {"corgi": corgi, "corgi-per-sample": corgi_per_sample, "corgi-blend": corgi_blend, "litdata": litdata,
+              "webdataset": webdataset, "mosaic": mosaic}
 
 
 def as_list(batch: list) -> list:
@@ -78,12 +95,33 @@ def payloads(dataset, field: str, workers: int):
     return (sample[field] for batch in loader for sample in batch)
 
 
-def measure(make, seconds: float, epochs: int | None) -> tuple:
-    """(samples, bytes, seconds) of whole epochs: `epochs` of them, or as many as fit in `seconds`."""
+def batch_counts(dataset, field: str, workers: int, batch_size: int, corgi: bool):
+    """(samples, bytes) of each batch of one epoch (--batch-size).  In one process corgi's dataset yields its batches
+    and litdata's its samples (its per-sample rate, counted per sample); with workers, corgi goes through
+    DataLoader(batch_size=None) and litdata through StreamingDataLoader(batch_size)."""
+    if corgi:
+        from torch.utils.data import DataLoader
+
+        batches = dataset if not workers else DataLoader(dataset, batch_size=None, num_workers=workers)
+        return ((len(batch[field]), len(batch[field].buffer)) for batch in batches)
+    if not workers:
+        return ((1, len(sample[field])) for sample in dataset)
+    from litdata import StreamingDataLoader
+
+    loader = StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers)
+    return ((len(batch[field]), sum(map(len, batch[field]))) for batch in loader)
+
+
+def measure(make, seconds: float, epochs: int | None, sized: bool = False) -> tuple:
+    """(samples, bytes, seconds) of whole epochs: `epochs` of them, or as many as fit in `seconds`; `make()` gives
+    payloads, or with `sized` (samples, bytes) per batch."""
     count = nbytes = done = 0
     start = time.perf_counter()
     while True:
         for data in make():
+            if sized:
+                count, nbytes = count + data[0], nbytes + data[1]
+                continue
             count += 1
             nbytes += len(data)
         done += 1
@@ -112,6 +150,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="warm: whole epochs for at least this long")
     parser.add_argument("--buffer-blocks", type=int, default=16)
     parser.add_argument("--shuffle-samples", type=int, default=16384)
+    parser.add_argument("--batch-size", type=int, default=None, help="corgi: batches of this size (bench/load.py "
+                        "--batches); litdata: its StreamingDataLoader's, with --workers")
     parser.add_argument("--samples-per-epoch", type=int, default=None, help="corgi-blend: default all the packs' samples")
     args = parser.parse_args()
     try:
@@ -119,10 +159,13 @@ def main() -> None:
     except ImportError as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
         return
-    make = lambda: payloads(dataset, field, args.workers)  # noqa: E731
+    sized = args.batch_size is not None
+    make = (lambda: batch_counts(dataset, field, args.workers, args.batch_size,
+                                                   args.contender.startswith("corgi"))) if sized else \
+        (lambda: payloads(dataset, field, args.workers))
     if not args.cold:
-        measure(make, 0, 1)  # warm the page cache and the contender's own state
-    count, nbytes, elapsed = measure(make, args.seconds, 1 if args.cold else None)
+        measure(make, 0, 1, sized)  # warm the page cache and the contender's own state
+    count, nbytes, elapsed = measure(make, args.seconds, 1 if args.cold else None, sized)
     print(json.dumps({"samples_s": count / elapsed, "mb_s": nbytes / 1e6 / elapsed, "samples": count,
                       **peak_rss_mb()}))
 

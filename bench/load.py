@@ -29,6 +29,13 @@ warm page cache; one process and DataLoader(num_workers=2, batch_size=64, collat
 samples).  Each measurement in a fresh process, rounds interleaved (order rotated), median of
 --rounds; each blend line gives blend/single (median of per-round ratios, with their range) and
 the cost, 1 - blend/single, against the target (<= 10%).
+
+--batches (issue 20 §4) measures raw-bytes batches of --batch-size (256), warm page cache: in one process,
+CorgiPileDataset(batch_size=256) (its batches built from the read pieces with numpy) against the same through its
+per-sample path (a collate_fn of its own that calls collate_samples) and against litdata's StreamingDataset per
+sample; with DataLoader(ds, batch_size=None, num_workers=2) against litdata's StreamingDataLoader(num_workers=2,
+batch_size=256).  Each measurement in a fresh process, contenders interleaved (order rotated), median of --rounds;
+one line per contender, then each ratio against its baseline with its goal.
 """
 from __future__ import annotations
 
@@ -263,6 +270,48 @@ def run_blend(corpus: Path, single: Path, args, num_samples: int) -> None:
           f"{args.seconds:g} s of whole epochs after one warm-up epoch; ratios: median (range) of the per-round ratios")
 
 
+BATCH_LINES = {  # (cache, DataLoader workers) -> {contender's name: bench/_loaders.py contender}; the first: the baseline
+    ("warm", 0): {"corgi per-sample batches": "corgi-per-sample", "corgi batches": "corgi",
+                  "litdata per sample": "litdata"},
+    ("warm", 2): {"litdata StreamingDataLoader": "litdata", "corgi batches": "corgi"},
+}
+BATCH_GOALS = (  # (line, contender, baseline, goal of contender/baseline)
+    (("warm", 0), "corgi batches", "corgi per-sample batches", 3.0),
+    (("warm", 0), "corgi batches", "litdata per sample", 1.5),
+    (("warm", 2), "corgi batches", "litdata StreamingDataLoader", 1.5),
+)
+
+
+def run_batches(root: Path, litdata_root: Path | None, args) -> None:
+    """Raw-bytes batches of --batch-size (issue 20 §4): corgi's batches against its per-sample path and litdata,
+    each measurement in a fresh process, contenders interleaved (order rotated), median of --rounds."""
+    roots = {"corgi": root, "corgi-per-sample": root, "litdata": litdata_root}
+    extra = ("--batch-size", str(args.batch_size))
+    runs = {}
+    for round_ in range(args.rounds):
+        for (cache, workers), contenders in BATCH_LINES.items():
+            names = [name for name, contender in contenders.items() if roots[contender] is not None]
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                contender = contenders[name]
+                runs.setdefault(((cache, workers), name), []).append(
+                    measure_once(contender, roots[contender], cache, workers, args, extra))
+    for (line, name), got in runs.items():
+        text = line_text(f"load batches {peer_line_name(*line).replace('batch 64', f'batch {args.batch_size}'):34s}",
+                         name, got, got, line[1], width=27)
+        if text is not None:
+            print(text)
+    for line, name, baseline, goal in BATCH_GOALS:
+        got, base = runs.get((line, name)), runs.get((line, baseline))
+        if got and base and not any("error" in r for r in got + base):
+            ratios = sorted(r["samples_s"] / b["samples_s"] for r, b in zip(got, base))
+            ratio = statistics.median(ratios)
+            print(f"load batches {peer_line_name(*line).split(',')[1].strip():26s} {name} / {baseline}: "
+                  f"{ratio:5.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f})  goal >= {goal:g}x "
+                  f"{'met' if ratio >= goal else 'MISSED'}")
+    print(f"# bytes only, batches of {args.batch_size}, warm page cache; median of {args.rounds} interleaved rounds, "
+          "each measurement in a fresh process; ratios: median (range) of the per-round ratios")
+
+
 def open_num_samples(root: Path) -> int:
     from corgi_io.manifest import open_manifest
 
@@ -283,6 +332,9 @@ def main():
     parser.add_argument("--seconds", type=float, default=2.0, help="warm measurements: whole epochs for this long")
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--blend", action="store_true", help="single pack against a 0.5/0.5 blend of its two halves")
+    parser.add_argument("--batches", action="store_true", help="raw-bytes batches: corgi's against its per-sample "
+                        "path and litdata's")
+    parser.add_argument("--batch-size", type=int, default=256, help="--batches: samples per batch")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; lines give the median")
     parser.add_argument("--workdir", type=Path, default=HERE / "out" / "load")
     args = parser.parse_args()
@@ -300,6 +352,9 @@ def main():
         return
     if args.blend:
         run_blend(corpus, root, args, manifest.num_samples)
+        return
+    if args.batches:
+        run_batches(root, write_litdata(corpus, args.workdir / f"litdata-{args.n}"), args)
         return
     verify_cost(root, args, manifest.num_samples)
     roots = {"corgi": root, "litdata": write_litdata(corpus, args.workdir / f"litdata-{args.n}"),

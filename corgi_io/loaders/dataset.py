@@ -24,6 +24,7 @@ from corgi_io.loaders.cache import cached_epoch
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
+from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
@@ -55,7 +56,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     With `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)` (default `collate_samples`:
     equal-shape arrays stacked, so decode to a fixed size with a resize `transform`; raw bytes cross the worker
-    queue as one `PackedBytes` buffer), size-balanced inside each buffer under "corgipile" (or, with
+    queue as one `PackedBytes` buffer; with raw bytes, no transform, the default collate and one field per sample,
+    `fast_batches` is on: each batch is gathered from the read pieces with numpy, no dict per sample, the same
+    batch field for field), size-balanced inside each buffer under "corgipile" (or, with
     `group_by_size=True` and balance "count", length-grouped: each buffer sorted by size and cut, the batches
     shuffled, so padded models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
     (at most one partial per rank), so every rank steps `len(self)` times, ``ceil(samples / B)`` (``floor`` with
@@ -224,6 +227,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         """This worker's samples of the epoch, or its collated batches with `batch_size` or `batch_budget`."""
         spec = self.spec  # progress counts samples: a batch boundary when a batch is out
+        if self.fast_batches:
+            return self._row_batches()
         if spec.batch_budget is not None:  # the plan lists one batch per item: their sizes, as it is made
             sizes = collections.deque()
             return collated_batches(self._samples(sizes), iter(sizes.popleft, None), spec.collate_fn)
@@ -231,21 +236,36 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             return collated_batches(self._samples(), itertools.repeat(spec.batch_size), spec.collate_fn)
         return self._samples()
 
-    def _samples(self, batch_sizes=None):
-        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed.  Given a
-        deque `batch_sizes`, the plan (a batch per item) is made whole first, its items' sizes added there."""
+    @functools.cached_property
+    def fast_batches(self) -> bool:
+        """Whether batches are built without a dict per sample (`corgi_io.loaders.fast_batches`): raw bytes, the
+        default collate, packs of one field per sample, batches of `batch_size`."""
+        manifests = [pack.manifest for pack in getattr(self.packs, "packs", [self.packs])]
+        return fast_batches_apply(self.spec, self.decode, manifests)
+
+    def _start(self, batch_sizes=None):
+        """(reader, plan, worker) of this worker's iteration: the epoch published to it, its reader and its buffer
+        plan from where it stands (a loaded state), through the remote cache when there is one.  Given a deque
+        `batch_sizes`, the sizes of the plan's items (budgeted batches: a planner that counts items gives its
+        plan whole) are added there."""
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
         planner = self.planner
         reader = self.last_reader = self.packs.reader(planner)
         plan = self._progress.start(planner, self.rank, worker, num_workers)
-        if batch_sizes is not None:  # a planner that counts items gives its plan whole
+        if batch_sizes is not None:
             batch_sizes.extend(len(order) for _, order in plan)
         readers = self.packs.piece_readers(reader)
         if any(r.cache is not None for r in readers):  # the next epoch's plan is the rest of the known future
             upcoming = self.packs.planner(self.world_size, self.epoch + 1, self.cost_model)
             plan = cached_epoch(readers, plan, self.packs.local(planner), upcoming.plan(self.rank, worker, num_workers),
                                 self.packs.local(upcoming), self.spec.prefetch_blocks)
+        return reader, plan, worker
+
+    def _samples(self, batch_sizes=None):
+        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed (`_start` for
+        `batch_sizes`)."""
+        reader, plan, worker = self._start(batch_sizes)
         decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # video clips follow (seed, epoch, index)
         prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.packs.locate,
                                  f"rank {self.rank} worker {worker}")
@@ -253,6 +273,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             self._progress.yielded += 1
             yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
         prepare.finish()
+
+    def _row_batches(self):
+        """This worker's batches of the epoch, the same as `collated_batches` of `_samples`, built from the read
+        pieces with numpy (`fast_batches`)."""
+        reader, plan, _ = self._start()
+        for rows in reader.batches(plan, self.spec.batch_size):
+            self._progress.yielded += len(rows.offsets) - 1
+            yield row_batch(rows)
 
 
 for _option in fields(LoaderSpec):  # the options read as before (`ds.seed`, `ds.batch_size`...), from the spec

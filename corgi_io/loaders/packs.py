@@ -20,6 +20,7 @@ from corgi_io.manifest import open_manifest
 from corgi_io.packing.sample import KIND_OF_FIELD
 from corgi_io.reading import PieceReader
 from corgi_io.reading.blend import BlendReader
+from corgi_io.reading.buffers import BufferPool
 from corgi_io.schedule import block_owners, pack_fingerprint
 from corgi_io.schedule.blend import check_weights
 from corgi_io.schedule.blend_plan import blend_planner
@@ -40,9 +41,10 @@ class OnePack:
             block_owners(partitions, [shard.path for shard in m.shards], m.blocks.shard)
         self._storage, self._storage_pid = None, None
         self._cache = RemoteCache(spec)
+        self._pool = None  # this process's read buffers, reused over its epochs (`BufferPool`)
 
     def __getstate__(self):
-        return {**self.__dict__, "_storage": None, "_storage_pid": None}
+        return {**self.__dict__, "_storage": None, "_storage_pid": None, "_pool": None}
 
     @property
     def storage(self):
@@ -50,6 +52,7 @@ class OnePack:
         if self._storage_pid != os.getpid():  # None in a new copy, another pid in a forked worker
             self._storage = open_storage(self.manifest.root, **self.spec.storage_options)
             self._storage_pid = os.getpid()
+            self._pool = BufferPool()
         return self._storage
 
     @functools.cached_property
@@ -67,7 +70,7 @@ class OnePack:
         spec = self.spec
         cache = self._cache.for_reading(self.manifest, self.storage, self.fingerprint)
         return PieceReader(self.manifest, self.storage, spec.prefetch_blocks, spec.read_threads,
-                           verify=spec.verify_reads, cache=cache)
+                           verify=spec.verify_reads, cache=cache, pool=self._pool)
 
     def piece_readers(self, reader) -> list:
         """The PieceReaders inside `reader`, by source: itself."""

@@ -9,7 +9,10 @@ pack's: the pieces of the buffers being yielded plus `prefetch_pieces` read ahea
 """
 from __future__ import annotations
 
+import numpy as np
+
 from corgi_io.reading.reader import Residency, ordered_samples
+from corgi_io.reading.rows import PieceRows, ordered_batches
 
 
 class BlendReader:
@@ -44,6 +47,19 @@ class BlendReader:
         for sample in samples:
             sample["source"] = name
         return int(piece[1]), samples, payload_bytes, record_bytes
+
+    def batches(self, plan, batch_size: int):
+        """The plan's samples as `RowBatch`es of `batch_size`, each row with its `source` (`PieceReader.batches`)."""
+        return ordered_batches(plan, self.piece_rows, self._nbytes, self.residency, batch_size,
+                               ahead=self.prefetch_pieces, threads=self.read_threads)
+
+    def piece_rows(self, piece) -> PieceRows:
+        """One virtual piece as `PieceRows` of its virtual ids, read through its source's reader, in a reading thread."""
+        source, local = self.local(piece)
+        rows = self.readers[source].piece_rows(local)
+        names = np.empty(len(rows.columns["begin"]), dtype=object)
+        names[:] = self.names[source]
+        return rows._replace(first=int(piece[1]), columns={**rows.columns, "source": names})
 
     def _nbytes(self, piece) -> int:
         source, local = self.local(piece)

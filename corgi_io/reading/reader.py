@@ -30,6 +30,7 @@ from corgi_io.reading.verify import PieceVerifier
 from corgi_io.reading.in_flight import InFlight
 from corgi_io.reading.order import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
+from corgi_io.reading.rows import PieceRows, ordered_batches
 from corgi_io.reading.split import PieceSplitter
 
 
@@ -70,12 +71,14 @@ class PieceReader:
     `read_threads` fixes the reads in flight; by default the storage's `reads_in_flight` (first,
     most) applies, and `InFlight` grows the first towards the most while it pays.  With a `cache`
     (`corgi_io.reading.cache.PieceCache`, for remote packs) every piece goes through it, and is
-    checked there, whatever `verify` says.
+    checked there, whatever `verify` says.  A `pool` (`corgi_io.reading.buffers.BufferPool`) gives `batches` reused
+    buffers to read local pieces into.
     """
 
     def __init__(self, manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
-                 verify: bool = True, cache=None):
+                 verify: bool = True, cache=None, pool=None):
         self.manifest, self.storage, self.cache = manifest, storage, cache
+        self.pool = pool if cache is None and hasattr(storage, "read_range_into") else None
         self.verifier = PieceVerifier(manifest, storage) if verify else None
         self.splitter = PieceSplitter(manifest)
         self.prefetch_pieces = max(1, prefetch_pieces)
@@ -104,16 +107,27 @@ class PieceReader:
         return ordered_samples(plan, self.piece_samples, lambda piece: self.byte_range(piece)[2], self.residency,
                                ahead=self.prefetch_pieces, threads=self.read_threads)
 
-    def read_piece(self, piece) -> bytes:
-        """A piece's records: one ranged read (or the cache's copy), verified when verification is on."""
+    def batches(self, plan, batch_size: int):
+        """Yield the plan's samples as `RowBatch`es of `batch_size` (the last one shorter), in the order `samples`
+        yields them, built without a dict per sample (`corgi_io.reading.rows`; single-field packs)."""
+        return ordered_batches(plan, self.piece_rows, lambda piece: self.byte_range(piece)[2], self.residency,
+                               batch_size, ahead=self.prefetch_pieces, threads=self.read_threads)
+
+    def read_piece(self, piece, into=None) -> bytes:
+        """A piece's records: one ranged read (or the cache's copy), verified when verification is on.  `into`: a
+        buffer of the piece's length to read into instead (local storage, no cache), returned filled."""
         _, start, stop = piece
         self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
         if self.verifier is not None:
             self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
-        fetch = functools.partial(self.in_flight.run, self.storage.read_range, *self.byte_range(piece))
-        if self.cache is not None:
-            return self.cache.read(piece, fetch)  # checked there, fetched or not
-        data = fetch()
+        path, offset, length = self.byte_range(piece)
+        if into is not None:
+            data = self.in_flight.run(self.storage.read_range_into, path, offset, into)
+        elif self.cache is not None:
+            return self.cache.read(piece, functools.partial(self.in_flight.run, self.storage.read_range, path, offset,
+                                                            length))  # checked there, fetched or not
+        else:
+            data = self.in_flight.run(self.storage.read_range, path, offset, length)
         if self.verifier is not None:
             self.verifier.check_piece(piece, data)
         return data
@@ -129,6 +143,19 @@ class PieceReader:
         split, in a reading thread."""
         data = self.read_piece(piece)
         return (int(piece[1]), *self.splitter.split(piece, data), len(data))
+
+    def piece_rows(self, piece) -> PieceRows:
+        """The piece read and verified, its samples as columns (`PieceSplitter.columns`), in a reading thread: into
+        a buffer of the reader's `pool` when it has one (given back once the piece's rows are batched)."""
+        if self.pool is None:
+            return PieceRows(int(piece[1]), self.read_piece(piece), self.splitter.columns(piece))
+        buffer = self.pool.take(self.byte_range(piece)[2])
+        try:
+            self.read_piece(piece, into=buffer)
+        except BaseException:
+            self.pool.give(buffer)
+            raise
+        return PieceRows(int(piece[1]), buffer, self.splitter.columns(piece), self.pool.give)
 
 
 def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, threads: int):

@@ -47,6 +47,19 @@ class PieceSplitter:
             payload_bytes += self._add_fields(piece, data, samples)
         return samples, payload_bytes
 
+    def columns(self, piece) -> dict:
+        """The samples of `piece` (block, start, stop) as numpy columns, for batches built without a dict per sample
+        (`corgi_io.reading.rows`): `begin`/`end` (payload bounds in the piece's bytes), `index`, `key`, `label`,
+        `size`, `kind`, `ext` (names as object arrays), each in stored order; single-field packs only."""
+        _, start, stop = piece
+        s = self.samples
+        begins = s.data_offset[start:stop] - s.offset[start]
+        keys = np.empty(stop - start, dtype=object)
+        keys[:] = self.manifest.keys(start, stop)
+        return {"begin": begins, "end": begins + s.bytes[start:stop], "index": np.arange(start, stop, dtype=np.int64),
+                "key": keys, "label": np.asarray(s.label[start:stop]), "size": np.asarray(s.size[start:stop]),
+                "kind": self.kind_names[s.kind[start:stop]], "ext": self.ext_names[s.ext[start:stop]]}
+
     def _add_fields(self, piece, data: bytes, samples: list) -> int:
         """Put each field of the piece's records into its sample dict, and `fields`; returns the extra bytes held."""
         _, start, _ = piece

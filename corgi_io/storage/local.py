@@ -100,6 +100,24 @@ class LocalStorage(Storage):
             got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def read_range_into(self, relpath: str, offset: int, buffer: memoryview) -> memoryview:
+        """Fill `buffer` with the `len(buffer)` bytes at `offset` and return it: a read into memory the caller
+        reuses (`corgi_io.reading.buffers`); StorageError on a short read or I/O error."""
+        path, length, got = self.url(relpath), len(buffer), 0
+        if not self._start_read(offset, length):
+            return buffer
+        with self._fd(path) as fd:
+            while got < length:
+                try:
+                    n = os.preadv(fd, [buffer[got:]], offset + got)
+                except OSError as e:
+                    raise StorageError(f"{path}: read failed at offset {offset + got}: {e.strerror}") from e
+                if not n:
+                    raise StorageError(f"{path}: short read at offset {offset}: "
+                                       f"file ends at {os.fstat(fd).st_size}, wanted {length} bytes")
+                got += n
+        return buffer
+
     def read_all(self, relpath: str) -> bytes:
         """The whole file (manifest, index sidecars); not counted in `reads`."""
         self._refuse_outside(self.url(relpath))
