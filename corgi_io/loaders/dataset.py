@@ -26,6 +26,7 @@ from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.progress import Progress
+from corgi_io.loaders.rows import RowProgress, check_token_pack, row_items, row_spec
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
 
@@ -82,24 +83,28 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  storage_options: dict | None = None, verify_reads: bool = True,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
                  cache_limit: int | None = None, cache_policy: str = "belady", weights=None,
-                 samples_per_epoch=None, group_by_size: bool = False):
+                 samples_per_epoch=None, group_by_size: bool = False, pack_length: int | None = None,
+                 eos_id: int | None = None, split_documents: bool = True, pad_id: int = 0):
         super().__init__()
+        rows = row_spec(pack_length, eos_id, split_documents, pad_id, decode)
         self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
                                   transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
                                   batch_size=batch_size, collate_fn=collate_fn, partitions=partitions,
                                   read_threads=read_threads, storage_options=storage_options,
                                   verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error,
                                   cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
-                                  group_by_size=group_by_size)
+                                  group_by_size=group_by_size, rows=rows)
         self.rank, self.world_size = rank_and_world(rank, world_size)
-        self.decode = get_decoder(decode, self.spec.max_pixels)
+        self.decode = get_decoder(None if rows else decode, self.spec.max_pixels)
         self.packs = self._open(source, partitions, weights, samples_per_epoch)
+        if rows is not None:
+            check_token_pack(self.packs.manifest)
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
         self._planner = None             # the planner of (epoch, cost_model), built on first use
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
-        self._progress = Progress()  # this process's place in the epoch, and a loaded state not yet resumed
+        self._progress = RowProgress() if rows else Progress()  # this process's place in the epoch, and a loaded state not yet resumed
 
     def _open(self, source, partitions, weights, samples_per_epoch):
         """The pack (`OnePack`), or for a mapping of sources the blend (`PackBlend`), checked before any read."""
@@ -108,9 +113,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                 raise ArgumentError("weights= and samples_per_epoch= blend several packs: pass source= as a mapping "
                                     "{name: pack}")
             return OnePack(source, self.spec, partitions)
-        if partitions is not None or self.spec.group_by_size:
-            raise ArgumentError("partitions= (which pins one pack's shards to ranks) and group_by_size= do not "
-                                "apply to a blend")
+        if partitions is not None or self.spec.group_by_size or self.spec.rows:
+            raise ArgumentError("partitions= (which pins one pack's shards to ranks), group_by_size= and "
+                                "pack_length= do not apply to a blend")
         blend = PackBlend(source, self.spec, weights, samples_per_epoch)
         blend.check_batchable(self.decode, self.spec.batch_size, self.spec.collate_fn)
         return blend
@@ -215,6 +220,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         """This worker's samples of the epoch, or its collated batches with `batch_size`."""
+        if self.spec.rows is not None:
+            return self._rows()
         samples, spec = self._samples(), self.spec  # progress counts samples: a batch boundary when a batch is out
         return samples if spec.batch_size is None else collated_batches(samples, spec.batch_size, spec.collate_fn)
 
@@ -237,6 +244,17 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
             self._progress.yielded += 1
             yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
         prepare.finish()
+
+    def _rows(self):
+        """This worker's rows of tokens (`pack_length`), or batches of rows, counted in rows for resume."""
+        self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
+        worker, num_workers = worker_and_count()
+        planner = self.planner
+        ranges = self._progress.start(planner, self.rank, worker, num_workers)
+        reader = self.last_reader = self.packs.reader(planner)
+        for item in row_items(reader, planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
+            self._progress.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
+            yield item
 
 
 for _option in fields(LoaderSpec):  # the options read as before (`ds.seed`, `ds.batch_size`...), from the spec

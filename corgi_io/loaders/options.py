@@ -10,9 +10,11 @@ from corgi_io.arguments import check_at_least, check_callable, check_flag, check
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BALANCES, SHUFFLES, BlockTable, EpochPlanner, loader_planner
 from corgi_io.schedule.eviction import EVICTIONS
+from corgi_io.schedule.rows import RowPlanner
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
+from corgi_io.loaders.rows import check_row_options
 
 COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0, True), ("batch_size", 1, True),
           ("read_threads", 1, True), ("max_pixels", 1, True))  # (name, least, None allowed); rank: rank_and_world
@@ -41,12 +43,17 @@ class LoaderSpec:
     cache_limit: int | None  # bytes of pieces the cache holds, with cache_dir
     cache_policy: str  # a `schedule.eviction.EVICTIONS` name
     group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones
+    rows: object = None  # pack_length=: a `loaders.rows.RowSpec` (rows of tokens, batches of rows); None: samples
 
-    def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None) -> EpochPlanner:
+    def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None):
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
-        (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them."""
-        return loader_planner(block_table(manifest), world_size, epoch, cost_model=cost_model, owner=owner,
-                              **self.plan_options)
+        (`loader_planner`); `cost_model` and `owner` as `plan_epoch` takes them.  With `rows`, the `RowPlanner`
+        over the samples' plan (made without batches: the batches are of rows)."""
+        if self.rows is None:
+            return loader_planner(block_table(manifest), world_size, epoch, cost_model=cost_model, owner=owner,
+                                  **self.plan_options)
+        samples = loader_planner(block_table(manifest), world_size, epoch, **{**self.plan_options, "batch_size": None})
+        return RowPlanner(samples, self.rows.options, self.batch_size)
 
     @property
     def plan_options(self) -> dict:
@@ -59,7 +66,8 @@ class LoaderSpec:
         options (the world size and workers may differ)."""
         return {"pack": pack, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance,
                 "drop_last": self.drop_last, "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
-                "partitioned": partitioned, **({"group_by_size": True} if self.group_by_size else {})}
+                "partitioned": partitioned, **({"group_by_size": True} if self.group_by_size else {}),
+                **({} if self.rows is None else self.rows.identity())}
 
 
 def block_table(manifest) -> BlockTable:
@@ -84,7 +92,9 @@ def check_options(**options) -> LoaderSpec:
     batch_size, balance = options["batch_size"], options["balance"]
     if batch_size is None and options["collate_fn"] is not collate_samples:
         raise ArgumentError("collate_fn= collates the dataset's batches: it needs batch_size=")
-    if balance != "count" and (batch_size is None or options["shuffle"] != "corgipile"):  # else steps are not balanced
+    if options["rows"] is not None:
+        check_row_options(options)
+    elif balance != "count" and (batch_size is None or options["shuffle"] != "corgipile"):  # else steps are not balanced
         raise ArgumentError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
                             "it needs batch_size= and shuffle='corgipile'")
     if options["group_by_size"] and (batch_size is None or options["shuffle"] != "corgipile" or balance != "count"):

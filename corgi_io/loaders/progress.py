@@ -15,6 +15,8 @@ from corgi_io.loaders.distributed import worker_and_count
 class Progress:
     """One process's place in its epoch, and a loaded state not yet resumed."""
 
+    resumer = staticmethod(resumed_plan)  # (planner, rank, worker, workers, state) -> (plan, finished, yielded)
+
     def __init__(self):
         self.loaded = None   # a merged saved state (`merge_states`), applied by the next iteration of its epoch
         self.current = None  # (epoch, finished segments, world, workers, worker) of this process's iteration
@@ -41,6 +43,6 @@ class Progress:
         if resume is None:
             plan, finished, self.yielded = planner.plan(rank, worker, num_workers), [], 0
         else:
-            plan, finished, self.yielded = resumed_plan(planner, rank, worker, num_workers, resume)
+            plan, finished, self.yielded = self.resumer(planner, rank, worker, num_workers, resume)
         self.current = (epoch, finished, world_size, num_workers, worker)
         return plan

@@ -119,6 +119,15 @@ class RowPlanner:
         """The epoch's `EpochSpec` (its epoch and world size, for the loader's progress)."""
         return self.planner.spec
 
+    @property
+    def cost_model(self):
+        """The sample plan's cost model (None: rows take count and size balance only)."""
+        return self.planner.cost_model
+
+    def rank_pieces(self, rank: int) -> np.ndarray:
+        """Rank `rank`'s pieces of the sample plan (what its stream reads)."""
+        return self.planner.rank_pieces(rank)
+
     @functools.cached_property
     def streams(self) -> list:
         """Every rank's `RankStream`, padding repeats left out."""
