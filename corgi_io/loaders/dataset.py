@@ -74,6 +74,18 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     one too large continues next epoch where this one stopped.  With `batch_size` every batch holds each source
     within one sample of ``weight * batch_size``; every sample says its `source`.  Balance, shuffles, resume and
     the cache work per source (`corgi_io.schedule.blend_plan`, docs/algorithms.md); `partitions` does not apply.
+
+    Sequence packing: with `pack_length=L`, a pack of token ids (primary field a .npy array: ``corgi pack
+    --tokenizer`` writes tokens.npy) yields rows of exactly L tokens, the documents concatenated in CorgiPile
+    order, `eos_id` (if given) after each: dicts of `input_ids`, `position_ids` (0 at each piece of a document),
+    `document_ids` (the sample index, -1 for padding), all int64 (L,) or (B, L) with `batch_size=B`, and
+    `cu_seqlens` (int32, flash-attn varlen boundaries over the B*L flattened tokens) and `max_seqlen`.  A
+    document is split across rows, or with `split_documents=False` starts a new row when it does not fit (the
+    rest of the row is `pad_id`; a document longer than L spans whole rows); ``self.planner.waste()`` is the
+    epoch's padding share.  Every rank yields `len(self)` items, every token once across ranks and workers.
+    Resume is exact (rows counted per worker); another world size is a ResumeError.  Takes balance "count" or
+    "size", shuffle "corgipile", "block" or "none"; refuses transform, group_by_size, drop_last, partitions,
+    cache_dir, blends and on_error="skip" (`corgi_io.loaders.rows`, docs/algorithms.md).
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
