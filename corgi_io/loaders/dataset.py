@@ -29,6 +29,7 @@ from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.progress import Progress
+from corgi_io.loaders.rows import RowProgress, check_token_pack, row_items, row_spec
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
 
@@ -83,6 +84,18 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     one too large continues next epoch where this one stopped.  With `batch_size` every batch holds each source
     within one sample of ``weight * batch_size``; every sample says its `source`.  Balance, shuffles, resume and
     the cache work per source (`corgi_io.schedule.blend_plan`, docs/algorithms.md); `partitions` does not apply.
+
+    Sequence packing: with `pack_length=L`, a pack of token ids (primary field a .npy array: ``corgi pack
+    --tokenizer`` writes tokens.npy) yields rows of exactly L tokens, the documents concatenated in CorgiPile
+    order, `eos_id` (if given) after each: dicts of `input_ids`, `position_ids` (0 at each piece of a document),
+    `document_ids` (the sample index, -1 for padding), all int64 (L,) or (B, L) with `batch_size=B`, and
+    `cu_seqlens` (int32, flash-attn varlen boundaries over the B*L flattened tokens) and `max_seqlen`.  A
+    document is split across rows, or with `split_documents=False` starts a new row when it does not fit (the
+    rest of the row is `pad_id`; a document longer than L spans whole rows); ``self.planner.waste()`` is the
+    epoch's padding share.  Every rank yields `len(self)` items, every token once across ranks and workers.
+    Resume is exact (rows counted per worker); another world size is a ResumeError.  Takes balance "count" or
+    "size", shuffle "corgipile", "block" or "none"; refuses transform, group_by_size, drop_last, partitions,
+    cache_dir, blends and on_error="skip" (`corgi_io.loaders.rows`, docs/algorithms.md).
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
@@ -93,24 +106,29 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                  max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
                  cache_limit: int | None = None, cache_policy: str = "belady", weights=None,
                  samples_per_epoch=None, group_by_size: bool = False, batch_budget: int | None = None,
-                 batch_cost: str = "padded"):
+                 batch_cost: str = "padded", pack_length: int | None = None, eos_id: int | None = None,
+                 split_documents: bool = True, pad_id: int = 0):
         super().__init__()
+        rows = row_spec(pack_length, eos_id, split_documents, pad_id, decode)
         self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
                                   transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
                                   batch_size=batch_size, collate_fn=collate_fn, partitions=partitions,
                                   read_threads=read_threads, storage_options=storage_options,
                                   verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error,
                                   cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
-                                  group_by_size=group_by_size, batch_budget=batch_budget, batch_cost=batch_cost)
+                                  group_by_size=group_by_size, batch_budget=batch_budget, batch_cost=batch_cost,
+                                  rows=rows)
         self.rank, self.world_size = rank_and_world(rank, world_size)
-        self.decode = get_decoder(decode, self.spec.max_pixels)
+        self.decode = get_decoder(None if rows else decode, self.spec.max_pixels)
         self.packs = self._open(source, partitions, weights, samples_per_epoch)
+        if rows is not None:
+            check_token_pack(self.packs.manifest)
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
         self._planner = None             # the planner of (epoch, cost_model), built on first use
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
-        self._progress = Progress()  # this process's place in the epoch, and a loaded state not yet resumed
+        self._progress = RowProgress() if rows else Progress()  # this process's place in its epoch (rows: in rows)
 
     def _open(self, source, partitions, weights, samples_per_epoch):
         """The pack (`OnePack`), or for a mapping of sources the blend (`PackBlend`), checked before any read."""
@@ -119,9 +137,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                 raise ArgumentError("weights= and samples_per_epoch= blend several packs: pass source= as a mapping "
                                     "{name: pack}")
             return OnePack(source, self.spec, partitions)
-        if partitions is not None or self.spec.group_by_size or self.spec.batch_budget is not None:
-            raise ArgumentError("partitions= (which pins one pack's shards to ranks), group_by_size= and "
-                                "batch_budget= do not apply to a blend")
+        if partitions is not None or self.spec.group_by_size or self.spec.batch_budget is not None or self.spec.rows:
+            raise ArgumentError("partitions= (which pins one pack's shards to ranks), group_by_size=, batch_budget= "
+                                "and pack_length= do not apply to a blend")
         blend = PackBlend(source, self.spec, weights, samples_per_epoch)
         blend.check_batchable(self.decode, self.spec.batch_size, self.spec.collate_fn)
         return blend
@@ -225,8 +243,11 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._progress.loaded, self.epoch = merged, merged["epoch"]
 
     def __iter__(self):
-        """This worker's samples of the epoch, or its collated batches with `batch_size` or `batch_budget`."""
+        """This worker's samples of the epoch, its collated batches with `batch_size` or `batch_budget`, or its rows
+        of tokens with `pack_length`."""
         spec = self.spec  # progress counts samples: a batch boundary when a batch is out
+        if spec.rows is not None:
+            return self._rows()
         if self.fast_batches:
             return self._row_batches()
         if spec.batch_budget is not None:  # the plan lists one batch per item: their sizes, as it is made
@@ -281,6 +302,17 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         for rows in reader.batches(plan, self.spec.batch_size):
             self._progress.yielded += len(rows.offsets) - 1
             yield row_batch(rows)
+
+    def _rows(self):
+        """This worker's rows of tokens (`pack_length`), or batches of rows, counted in rows for resume."""
+        self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
+        worker, num_workers = worker_and_count()
+        planner = self.planner
+        ranges = self._progress.start(planner, self.rank, worker, num_workers)
+        reader = self.last_reader = self.packs.reader(planner)
+        for item in row_items(reader, planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
+            self._progress.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
+            yield item
 
 
 for _option in fields(LoaderSpec):  # the options read as before (`ds.seed`, `ds.batch_size`...), from the spec

@@ -10,9 +10,11 @@ from corgi_io.arguments import check_at_least, check_callable, check_flag, check
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BALANCES, SHUFFLES, BatchBudget, BlockTable, BudgetPlanner, EpochPlanner, loader_planner
 from corgi_io.schedule.eviction import EVICTIONS
+from corgi_io.schedule.rows import RowPlanner
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
+from corgi_io.loaders.rows import check_row_options
 
 COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0, True), ("batch_size", 1, True),
           ("read_threads", 1, True), ("max_pixels", 1, True),
@@ -44,12 +46,17 @@ class LoaderSpec:
     group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones
     batch_budget: int | None  # batches of cost <= this (schedule.budget), instead of batch_size
     batch_cost: str  # a `schedule.budget.BATCH_COSTS` name: what a batch costs against batch_budget
+    rows: object = None  # pack_length=: a `loaders.rows.RowSpec` (rows of tokens, batches of rows); None: samples
 
-    def planner(self, manifest, world_size: int, epoch: int, cost_model=None,
-                owner=None) -> EpochPlanner | BudgetPlanner:
+    def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None):
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
-        (`loader_planner`, wrapped in a `BudgetPlanner` with `batch_budget`); `cost_model` and `owner` as
-        `plan_epoch` takes them."""
+        (`loader_planner`; `cost_model` and `owner` as `plan_epoch` takes them): wrapped in a `BudgetPlanner`
+        with `batch_budget`; with `rows`, the `RowPlanner` over the samples' plan (made without batches: the
+        batches are of rows)."""
+        if self.rows is not None:
+            samples = loader_planner(block_table(manifest), world_size, epoch,
+                                     **{**self.plan_options, "batch_size": None})
+            return RowPlanner(samples, self.rows.options, self.batch_size)
         base = loader_planner(block_table(manifest), world_size, epoch, cost_model=cost_model, owner=owner,
                               **self.plan_options)
         return base if self.batch_budget is None else BudgetPlanner(base, BatchBudget(self.batch_budget,
@@ -72,7 +79,8 @@ class LoaderSpec:
         return {"pack": pack, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance,
                 "drop_last": self.drop_last, "batch_size": self.batch_size, "buffer_blocks": self.buffer_blocks,
                 "partitioned": partitioned, **({"group_by_size": True} if self.group_by_size else {}),
-                **({"batch_budget": self.batch_budget, "batch_cost": self.batch_cost} if self.batch_budget else {})}
+                **({"batch_budget": self.batch_budget, "batch_cost": self.batch_cost} if self.batch_budget else {}),
+                **({} if self.rows is None else self.rows.identity())}
 
 
 def block_table(manifest) -> BlockTable:
@@ -99,7 +107,9 @@ def check_options(**options) -> LoaderSpec:
     batched = batch_size is not None or options["batch_budget"] is not None
     if not batched and options["collate_fn"] is not collate_samples:
         raise ArgumentError("collate_fn= collates the dataset's batches: it needs batch_size= or batch_budget=")
-    if balance != "count" and (not batched or options["shuffle"] != "corgipile"):  # else steps are not balanced
+    if options["rows"] is not None:
+        check_row_options(options)
+    elif balance != "count" and (not batched or options["shuffle"] != "corgipile"):  # else steps are not balanced
         raise ArgumentError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
                             "it needs batch_size= (or batch_budget=) and shuffle='corgipile'")
     if options["group_by_size"] and (batch_size is None or options["shuffle"] != "corgipile" or balance != "count"):
@@ -118,6 +128,9 @@ def check_budget(options: dict) -> None:
     BatchBudget(options["batch_budget"] or 1, options["batch_cost"])  # the cost's name, checked
     if options["batch_budget"] is None:
         return
+    if options["rows"] is not None:
+        raise ArgumentError("batch_budget= cuts batches of samples; pack_length= makes rows of equal tokens, "
+                            "each batch_size= rows: give one of them")
     if options["batch_size"] is not None:
         raise ArgumentError("batch_budget= cuts batches of varying sizes within a budget; batch_size= fixes "
                             "their size: give one of them")

@@ -20,6 +20,8 @@ class Progress:
     The saved count is in the planner's units: samples, or plan items (batches) for a planner that
     `counts_items` (budgeted batches, whose ranks step alike in batches but not in samples)."""
 
+    resumer = staticmethod(resumed_plan)  # (planner, rank, worker, workers, state) -> (plan, finished, yielded)
+
     def __init__(self):
         self.loaded = None   # a merged saved state (`merge_states`), applied by the next iteration of its epoch
         self.current = None  # (epoch, finished segments, world, workers, worker) of this process's iteration
@@ -55,7 +57,7 @@ class Progress:
         if resume is None:
             plan, finished, self.done = planner.plan(rank, worker, num_workers), [], 0
         else:
-            plan, finished, self.done = resumed_plan(planner, rank, worker, num_workers, resume)
+            plan, finished, self.done = self.resumer(planner, rank, worker, num_workers, resume)
         self.current, self.yielded, self.item_ends = (epoch, finished, world_size, num_workers, worker), 0, None
         if planner.counts_items:
             plan = list(plan)

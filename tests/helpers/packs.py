@@ -31,6 +31,26 @@ def text_pack(tmp_path_factory, name: str, lengths, classes: int = 2, stem: str 
     return root
 
 
+def token_pack(tmp_path_factory, name: str, lengths, block_samples: int = 8, drop_text: bool = True) -> Path:
+    """A pack of tokenised texts: `text_pack`'s texts (sample i of `lengths[i]` words), tokenised at pack time
+    (tokens.npy the primary field, its size the token count) by a word-level tokenizer trained here on them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    source = tmp_path_factory.mktemp(f"{name}-corpus")
+    files = [str(source / "c0" / f"t{i:04d}.txt") for i in range(len(lengths))]
+    for path, (i, n) in zip(files, enumerate(lengths)):
+        write_text(path, int(n), seed=i)
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train(files, trainers.WordLevelTrainer(special_tokens=["[UNK]"], show_progress=False))
+    tokenizer_file = tmp_path_factory.mktemp(f"{name}-tokenizer") / "tokenizer.json"
+    tokenizer.save(str(tokenizer_file))
+    root = tmp_path_factory.mktemp(name) / "pack"
+    pack(source, root, PackOptions(block_samples=block_samples, tokenizer=str(tokenizer_file), drop_text=drop_text),
+         progress=False)
+    return root
+
+
 def synthetic_pack(root, n: int) -> None:
     """A consistent pack of `n` samples (no shard files: nothing here reads them), blocks of 64, 4 per shard."""
     i = np.arange(n, dtype=np.int64)

@@ -1,0 +1,193 @@
+"""CorgiPileDataset(pack_length=L): rows of exactly L tokens cut from real token packs (`corgi pack --tokenizer`):
+every token of the epoch once across ranks and workers, equal items on every rank, unsplit documents, the waste
+reported, exact resume, refused options and corrupt sizes."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from corgi_io.errors import ArgumentError, CorruptDataError, ResumeError
+from corgi_io.loaders import CorgiPileDataset
+from helpers.packs import token_pack
+
+pytest.importorskip("tokenizers")
+L, EOS = 32, 0
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """240 tokenised texts of 1..120 words (some longer than a row), in blocks of 6."""
+    lengths = np.random.default_rng(3).integers(1, 121, 240)
+    return token_pack(tmp_path_factory, "rows", lengths, block_samples=6)
+
+
+@pytest.fixture(scope="module")
+def documents(packed):
+    """{sample index: its token ids}, read as samples."""
+    return {s["index"]: s["data"].tolist() for s in CorgiPileDataset(packed, shuffle="none", decode="tokens")}
+
+
+def rank_items(packed, world_size, workers=0, **options):
+    """Every rank's items through a DataLoader with `workers` workers."""
+    out = []
+    for rank in range(world_size):
+        ds = CorgiPileDataset(packed, pack_length=L, rank=rank, world_size=world_size, seed=1, **options)
+        items = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+        assert len(items) == len(ds)
+        out.append(items)
+    return out
+
+
+def rows_of(items) -> list:
+    """(input_ids, document_ids, position_ids) of each row, as lists."""
+    rows = []
+    for item in items:
+        ids, docs, pos = (item[k].reshape(-1, L).tolist() for k in ("input_ids", "document_ids", "position_ids"))
+        rows += zip(map(tuple, ids), map(tuple, docs), map(tuple, pos))
+    return rows
+
+
+def reassembled(rows) -> dict:
+    """{document: its tokens}, its pieces concatenated in row order; checks the positions restart at each piece."""
+    found = {}
+    for ids, docs, pos in rows:
+        for column, (token, doc) in enumerate(zip(ids, docs)):
+            if doc >= 0:
+                fresh = column == 0 or docs[column - 1] != doc
+                assert pos[column] == (0 if fresh else pos[column - 1] + 1)
+                found.setdefault(doc, []).append(token)
+    return found
+
+
+def check_item(item, batch):
+    assert item["input_ids"].shape == item["position_ids"].shape == item["document_ids"].shape == (batch, L)
+    assert item["input_ids"].dtype == torch.int64 and item["cu_seqlens"].dtype == torch.int32
+    starts = torch.nonzero(item["position_ids"].reshape(-1) == 0).reshape(-1)
+    assert item["cu_seqlens"].tolist() == starts.tolist() + [batch * L]
+    assert item["max_seqlen"] == int(torch.diff(item["cu_seqlens"]).max())
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("balance", ["count", "size"])
+def test_every_token_once_across_ranks_in_rows_of_exactly_l(packed, documents, world_size, balance):
+    ranks = rank_items(packed, world_size, eos_id=EOS, batch_size=4, balance=balance)
+    for items in ranks:
+        for item in items[:-1]:
+            check_item(item, 4)
+    found = [reassembled(rows_of(items)) for items in ranks]
+    assert sum(len(f) for f in found) == len(documents)
+    merged = {doc: tokens for f in found for doc, tokens in f.items()}
+    assert merged == {doc: tokens + [EOS] for doc, tokens in documents.items()}
+    waste = 1 - sum(len(t) + 1 for t in documents.values()) / sum(len(rows_of(i)) * L for i in ranks)
+    assert waste == pytest.approx(CorgiPileDataset(packed, pack_length=L, eos_id=EOS, world_size=world_size,
+                                                   rank=0, seed=1, balance=balance, batch_size=4).planner.waste())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size, workers", [(1, 1), (2, 2), (3, 2), (1, 3)])
+def test_workers_yield_the_same_rows(packed, world_size, workers):
+    alone = rank_items(packed, world_size, 0, batch_size=3)
+    shared = rank_items(packed, world_size, workers, batch_size=3)
+    for one, many in zip(alone, shared):
+        assert Counter(rows_of(one)) == Counter(rows_of(many))
+
+
+def test_unsplit_documents_start_a_row_and_the_waste_is_reported(packed, documents):
+    ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, split_documents=False, pad_id=7)
+    rows = rows_of(list(ds))
+    assert reassembled(rows) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
+    pieces = Counter(doc for _, docs, pos in rows for doc, p in zip(docs, pos) if doc >= 0 and p == 0)
+    for doc, count in pieces.items():  # one piece, or a longer document over whole rows
+        assert count == max(1, -(-(len(documents[doc]) + 1) // L))
+    pads = [token for ids, docs, _ in rows for token, doc in zip(ids, docs) if doc < 0]
+    assert set(pads) == {7} and len(pads) / (len(rows) * L) == pytest.approx(ds.planner.waste())
+    split = CorgiPileDataset(packed, pack_length=L, eos_id=EOS)
+    assert split.planner.waste() < 0.005 < ds.planner.waste() and len(split) < len(ds)
+
+
+def test_one_row_per_item_without_batch_size(packed):
+    item = next(iter(CorgiPileDataset(packed, pack_length=L)))
+    assert item["input_ids"].shape == (L,) and item["cu_seqlens"][-1] == L
+
+
+def states_after(ds, steps):
+    loader = StatefulDataLoader(ds, batch_size=None, num_workers=0)
+    it = iter(loader)
+    head = [next(it) for _ in range(steps)]
+    return head, loader.state_dict()
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_resume_mid_epoch_gives_the_rest_exactly(packed, split):
+    options = dict(pack_length=L, eos_id=EOS, batch_size=2, split_documents=split, seed=5)
+    whole = rows_of(list(CorgiPileDataset(packed, **options)))
+    head, state = states_after(CorgiPileDataset(packed, **options), 7)
+    resumed = CorgiPileDataset(packed, **options)
+    loader = StatefulDataLoader(resumed, batch_size=None, num_workers=0)
+    loader.load_state_dict(state)
+    assert rows_of(head) + rows_of(list(loader)) == whole
+
+
+@pytest.mark.slow
+def test_resume_with_workers_and_with_another_worker_count(packed):
+    options = dict(pack_length=L, batch_size=2, seed=2)
+    loader = StatefulDataLoader(CorgiPileDataset(packed, **options), batch_size=None, num_workers=2)
+    whole = rows_of(list(loader))
+    loader = StatefulDataLoader(CorgiPileDataset(packed, **options), batch_size=None, num_workers=2)
+    it = iter(loader)
+    head = rows_of([next(it) for _ in range(5)])
+    state = loader.state_dict()
+    del it
+    again = StatefulDataLoader(CorgiPileDataset(packed, **options), batch_size=None, num_workers=2)
+    again.load_state_dict(state)
+    assert head + rows_of(list(again)) == whole
+    fewer = CorgiPileDataset(packed, **options)  # another worker count: the dataset takes the loader's state
+    fewer.load_state_dict(state)
+    rest = rows_of(list(StatefulDataLoader(fewer, batch_size=None, num_workers=1)))
+    assert Counter(head + rest) == Counter(whole)
+
+
+def test_resume_with_another_world_size_is_refused(packed):
+    _, state = states_after(CorgiPileDataset(packed, pack_length=L, world_size=2, rank=0), 3)
+    other = CorgiPileDataset(packed, pack_length=L, world_size=3, rank=0)
+    other.load_state_dict(state)
+    with pytest.raises(ResumeError, match="world size"):
+        next(iter(other))
+    single = CorgiPileDataset(packed, pack_length=L + 1, world_size=2, rank=0)
+    with pytest.raises(ResumeError, match="pack_length"):
+        single.load_state_dict(state)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"decode": "rgb"}, "decode"), ({"transform": lambda x: x}, "transform="),
+    ({"batch_size": 2, "group_by_size": True}, "group_by_size="), ({"shuffle": "window"}, "shuffle="),
+    ({"drop_last": True}, "drop_last="), ({"pack_length": 0}, "pack_length"), ({"eos_id": -1}, "eos_id"),
+])
+def test_options_rows_do_not_take_are_refused(packed, options, message):
+    with pytest.raises(ArgumentError, match=message):
+        CorgiPileDataset(packed, **{"pack_length": L, **options})
+
+
+def test_row_options_need_pack_length_and_a_token_pack(packed, tmp_path_factory):
+    with pytest.raises(ArgumentError, match="pack_length"):
+        CorgiPileDataset(packed, eos_id=2)
+    with pytest.raises(ArgumentError, match="blend"):
+        CorgiPileDataset({"a": packed, "b": packed}, pack_length=L)
+    from helpers.packs import text_pack
+    with pytest.raises(ArgumentError, match=r"\.npy"):
+        CorgiPileDataset(text_pack(tmp_path_factory, "plain", [3, 4]), pack_length=L)
+
+
+def test_a_size_that_is_not_the_token_count_is_corrupt_data(packed, monkeypatch):
+    ds = CorgiPileDataset(packed, pack_length=L, shuffle="none")
+    sizes = np.array(ds.manifest.samples.size)
+    sizes[10] += 1  # and one less for the next sample of its block: the block's sum (which the manifest checks) holds
+    sizes[11] -= 1
+    monkeypatch.setitem(ds.manifest.samples.arrays, "size", sizes)
+    with pytest.raises(CorruptDataError, match="manifest says") as caught:
+        list(ds)
+    assert caught.value.key == ds.manifest.keys(10, 11)[0] and caught.value.shard.endswith(".tar")
