@@ -59,18 +59,20 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     equal-shape arrays stacked, so decode to a fixed size with a resize `transform`; raw bytes cross the worker
     queue as one `PackedBytes` buffer; with raw bytes, no transform, the default collate and one field per sample,
     `fast_batches` is on: each batch is gathered from the read pieces with numpy, no dict per sample, the same
-    batch field for field), size-balanced inside each buffer under "corgipile" (or, with
-    `group_by_size=True` and balance "count", length-grouped: each buffer sorted by size and cut, the batches
-    shuffled, so padded models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None, num_workers=K)``: each worker gets whole batches
-    (at most one partial per rank), so every rank steps `len(self)` times, ``ceil(samples / B)`` (``floor`` with
-    `drop_last`, which drops the partial batch).  `batch_budget=T` instead of `batch_size` cuts each CorgiPile
-    buffer into batches of varying size whose cost stays within T (tokens, frames, pixels: the manifest's size):
-    `batch_cost` "padded" (default: ``n * max(size)``, size-sorted batches that pad little) or "sum" (the sizes'
-    sum, for varlen or packed models).  A sample above T is a batch of its own.  Every rank takes the same
-    `len(self)` steps, whatever the worker count; balance "size" makes each step's cost alike on every rank;
-    resume counts batches (`corgi_io.schedule.budget_plan`, docs/algorithms.md).  A DataLoader's own `batch_size` batches each worker separately: up
-    to K - 1 more batches than `len(loader)` says.  Every rank yields exactly `len(self)` items (samples, or
-    batches) per epoch.  Arguments are checked here, before any read (ArgumentError).
+    batch field for field), size-balanced inside each buffer under "corgipile" (or, with `group_by_size=True`
+    and balance "count", length-grouped: each buffer sorted by size and cut, the batches shuffled, so padded
+    models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None,
+    num_workers=K)``: each worker gets whole batches (at most one partial per rank), so every rank steps
+    `len(self)` times, ``ceil(samples / B)`` (``floor`` with `drop_last`, which drops the partial batch).
+    `batch_budget=T` instead of `batch_size` cuts each CorgiPile buffer into batches of varying size whose cost
+    stays within T (tokens, frames, pixels: the manifest's size): `batch_cost` "padded" (default:
+    ``n * max(size)``, size-sorted batches that pad little) or "sum" (the sizes' sum, for varlen or packed
+    models).  A sample above T is a batch of its own.  Every rank takes the same `len(self)` steps, whatever
+    the worker count; balance "size" makes each step's cost alike on every rank; resume counts batches
+    (`corgi_io.schedule.budget_plan`, docs/algorithms.md).  A DataLoader's own `batch_size` batches each
+    worker separately: up to K - 1 more batches than `len(loader)` says.  Every rank yields exactly
+    `len(self)` items (samples, or batches) per epoch.  Arguments are checked here, before any read
+    (ArgumentError).
 
     `cache_dir` (with `cache_limit`, bytes) keeps the pieces of a remote pack on local disk, checked when written
     and when read back, shared safely by the processes of a node; `cache_policy` "belady" (default) evicts the piece
@@ -305,12 +307,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def _rows(self):
         """This worker's rows of tokens (`pack_length`), or batches of rows, counted in rows for resume."""
-        self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
-        worker, num_workers = worker_and_count()
-        planner = self.planner
-        ranges = self._progress.start(planner, self.rank, worker, num_workers)
-        reader = self.last_reader = self.packs.reader(planner)
-        for item in row_items(reader, planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
+        reader, ranges, _ = self._start()  # a row planner's plan is the worker's row ranges
+        for item in row_items(reader, self.planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
             self._progress.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
             yield item
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule import BALANCES, SHUFFLES, BatchBudget, BlockTable, BudgetPlanner, EpochPlanner, loader_planner
+from corgi_io.schedule import BALANCES, BATCH_COSTS, SHUFFLES, BatchBudget, BlockTable, BudgetPlanner, loader_planner
 from corgi_io.schedule.eviction import EVICTIONS
 from corgi_io.schedule.rows import RowPlanner
 
@@ -61,11 +61,6 @@ class LoaderSpec:
                               **self.plan_options)
         return base if self.batch_budget is None else BudgetPlanner(base, BatchBudget(self.batch_budget,
                                                                                       self.batch_cost))
-
-    @property
-    def batched(self) -> bool:
-        """Whether the dataset yields batches (of `batch_size` samples, or within `batch_budget`)."""
-        return self.batch_size is not None or self.batch_budget is not None
 
     @property
     def plan_options(self) -> dict:
@@ -125,7 +120,7 @@ def check_options(**options) -> LoaderSpec:
 def check_budget(options: dict) -> None:
     """batch_budget (an int >= 1, already checked) instead of batch_size, from CorgiPile buffers of one pack's
     samples; batch_cost a known cost model (`schedule.budget.BATCH_COSTS`)."""
-    BatchBudget(options["batch_budget"] or 1, options["batch_cost"])  # the cost's name, checked
+    choose("batch_cost", options["batch_cost"], BATCH_COSTS)
     if options["batch_budget"] is None:
         return
     if options["rows"] is not None:
