@@ -12,7 +12,7 @@ import corgi_io
 ROOT = Path(corgi_io.__file__).parent
 # Lower layers first; a module may import its own layer's modules only inside its own package.
 LAYERS = [
-    {"errors"}, {"arguments"}, {"storage"}, {"formats"}, {"manifest"}, {"processes", "schedule"},
+    {"errors"}, {"arguments"}, {"storage"}, {"formats"}, {"manifest"}, {"processes", "schedule", "images"},
     {"packing", "reading", "report"}, {"loaders"}, {"cli"}, {"__init__"},
 ]
 PURE = {"schedule": {"errors", "arguments", "schedule"}}  # planning: numpy in and out, no I/O, no torch

@@ -16,7 +16,8 @@ from corgi_io.loaders.collate import Batch, PackedBytes, PadCollate, collate_sam
 from corgi_io.loaders.dataset import CorgiPileDataset
 from corgi_io.loaders.decode import AutoDecoder
 from corgi_io.loaders.device import DeviceLoader, to_device
+from corgi_io.loaders.image_decoder import ImageDecoder
 from corgi_io.loaders.video import VideoDecoder
 
-__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "DeviceLoader", "PackedBytes", "PadCollate", "VideoDecoder",
+__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "DeviceLoader", "ImageDecoder", "PackedBytes", "PadCollate", "VideoDecoder",
            "collate_samples", "to_device"]

@@ -2,7 +2,8 @@
 
 A batch is one dict (a `Batch`) with the samples' fields side by side:
 
-- arrays or tensors of one shape (decoded images, clips) -> one stacked tensor (B, ...);
+- arrays or tensors of one shape (decoded images, clips) -> one stacked tensor (B, ...); tensors that are
+  already rows 0..B-1 of one tensor (an `ImageDecoder`'s batch) -> that tensor, not a copy;
 - integers (`index`, `label`, `size`) -> an int64 tensor; floats -> float64; bools -> bool;
 - raw bytes (`decode=None`) -> one `PackedBytes`: a single buffer plus offsets, which crosses
   DataLoader worker queues as one object instead of B;
@@ -146,7 +147,8 @@ def collate_field(name: str, values: list, keys: list):
     """The batched form of one field's `values` (one per sample; `keys` name the samples in errors)."""
     first = values[0]
     if isinstance(first, torch.Tensor):
-        return torch.stack(_same_shape(name, values, keys))
+        rows = _leading_rows(values)
+        return torch.stack(_same_shape(name, values, keys)) if rows is None else rows
     if isinstance(first, np.ndarray):
         return torch.from_numpy(np.stack(_same_shape(name, values, keys)))
     if isinstance(first, (bytes, bytearray, memoryview)):
@@ -161,6 +163,22 @@ def collate_field(name: str, values: list, keys: list):
     if isinstance(first, tuple):
         return tuple(collate_field(f"{name}[{i}]", [value[i] for value in values], keys) for i in range(len(first)))
     return list(values)
+
+
+def _leading_rows(values: list):
+    """The n `values` as one (n, ...) tensor without a copy, when they are consecutive rows of one contiguous
+    tensor, in order (images decoded into their batch's rows by `BatchSlots`); None otherwise."""
+    first = values[0]
+    if not first.is_contiguous():
+        return None
+    storage, start, step = first.untyped_storage().data_ptr(), first.storage_offset(), first.numel()
+    for i, value in enumerate(values):
+        if (not isinstance(value, torch.Tensor) or value.untyped_storage().data_ptr() != storage or value.storage_offset() != start + i * step
+                or value.shape != first.shape or value.dtype != first.dtype or not value.is_contiguous()):
+            return None
+    if first.untyped_storage().nbytes() < (start + len(values) * step) * first.element_size():
+        return None
+    return first.as_strided((len(values), *first.shape), (step, *first.stride()), start)
 
 
 def _same_shape(name: str, values: list, keys: list) -> list:

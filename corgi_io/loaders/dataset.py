@@ -25,6 +25,7 @@ from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
 from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch
+from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
@@ -255,8 +256,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         if spec.batch_budget is not None:  # the plan lists one batch per item: their sizes, as it is made
             sizes = collections.deque()
             return collated_batches(self._samples(sizes), iter(sizes.popleft, None), spec.collate_fn)
-        if spec.batch_size is not None:
-            return collated_batches(self._samples(), itertools.repeat(spec.batch_size), spec.collate_fn)
+        if spec.batch_size is not None:  # an ImageDecoder's images go straight into their batch (`BatchSlots`)
+            return collated_batches(self._samples(slots=spec.batch_size), itertools.repeat(spec.batch_size),
+                                    spec.collate_fn)
         return self._samples()
 
     @functools.cached_property
@@ -285,11 +287,13 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
                                 self.packs.local(upcoming), self.spec.prefetch_blocks)
         return reader, plan, worker
 
-    def _samples(self, batch_sizes=None):
+    def _samples(self, batch_sizes=None, slots=None):
         """This worker's samples of the epoch, in the plan's order: read, decoded and transformed (`_start` for
-        `batch_sizes`)."""
+        `batch_sizes`; `slots`: the fixed batch size whose batches an ImageDecoder fills in place)."""
         reader, plan, worker = self._start(batch_sizes)
-        decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # video clips follow (seed, epoch, index)
+        decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # clips and crops follow (seed, epoch, index)
+        if slots is not None:
+            decode = batch_slots(decode, slots)
         prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.packs.locate,
                                  f"rank {self.rank} worker {worker}")
         for sample in reader.samples(plan):

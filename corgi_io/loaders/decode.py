@@ -7,11 +7,9 @@ packs that mix images, videos and texts.  A mapping from field name to any of th
 primary one (``data``) included; fields it does not name stay bytes.  A built-in decoder of one kind has `name` and `kind`:
 the dataset refuses a sample of another kind with a DecodeError that says so, before decoding.
 
-Image decoders refuse a decompression bomb before they allocate: the header gives the size,
-and an image of more than `max_pixels` pixels (Pillow's own limit by default) is refused with
-corgi's message.  `max_pixels` is then the only bound: Pillow's own check, a warning above its
-`Image.MAX_IMAGE_PIXELS` and an error above twice that, is silenced (so raising `max_pixels`
-raises the bound, without a warning per image); with `max_pixels=None`, Pillow's check applies.
+Image decoders refuse a decompression bomb before they allocate: the header gives the size, and
+an image of more than `max_pixels` pixels is refused (`corgi_io.images.pillow`).  `ImageDecoder`
+(`corgi_io.loaders.image_decoder`) decodes, crops and resizes in one pass, into the batch.
 A decoder raises DecodeError for what it refuses and whatever its library raises otherwise;
 the dataset turns any failure into a DecodeError naming the shard, byte offset, key and kind.
 """
@@ -19,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import warnings
 
 import numpy as np
 import torch
@@ -27,44 +24,12 @@ from PIL import Image
 
 from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError, DecodeError
+from corgi_io.images.pillow import open_image
 from corgi_io.manifest import DEFAULT_MAX_PIXELS  # Pillow's decompression-bomb limit, also pack's
 
 from corgi_io.loaders.video import VideoDecoder
 
 NAMES = ["auto", "pil", "rgb", "text", "tokens", "video"]
-
-
-def _open_unchecked(data: bytes):
-    """`Image.open` of `data` without Pillow's pixel check (None if no format opens it): Pillow's registry
-    (`Image.ID`, `Image.OPEN`), for an image Pillow refuses as a bomb while `max_pixels` allows it."""
-    Image.init()
-    for name in Image.ID:
-        factory, accept = Image.OPEN[name]
-        verdict = accept(data[:16]) if accept else True
-        if verdict and not isinstance(verdict, str):
-            try:
-                return factory(io.BytesIO(data), "")
-            except (SyntaxError, IndexError, TypeError, ValueError):
-                continue
-    return None
-
-
-def open_image(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """The decoded RGB image in `data`; DecodeError for one above `max_pixels`, from its header (see the module)."""
-    with warnings.catch_warnings():
-        if max_pixels is not None:
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        try:
-            image = Image.open(io.BytesIO(data))  # parses the header only; no pixel is decoded yet
-        except Image.DecompressionBombError:
-            image = None if max_pixels is None else _open_unchecked(data)
-            if image is None:
-                raise
-        width, height = image.size
-        if max_pixels is not None and width * height > max_pixels:
-            raise DecodeError(f"image is {width}x{height} = {width * height:,} pixels, above max_pixels={max_pixels:,}")
-        image.load()  # here, so that a broken body fails in the decoder, not later in a transform
-        return image if image.mode == "RGB" else image.convert("RGB")
 
 
 def rgb_tensor(image: Image.Image) -> torch.Tensor:

@@ -1,0 +1,2 @@
+"""Image geometry and fused decoding without torch: crop rules and their seeded draws (`crops`), one image's
+decode-crop-resize into its batch row (`fused`), Pillow's decode with corgi's pixel bound (`pillow`)."""
