@@ -78,21 +78,25 @@ def make_jpegs(n: int, long_side: int, seed: int = 0, grain: int = 12, quality: 
             for i in range(n)]
 
 
-def make_imagenet_folder(root, n: int = 5000, classes: int = 10, seed: int = 0) -> Path:
-    """`n` ImageNet-sized JPEGs (500x375 and 375x500, about 110 KB: grain 16, quality 95) as
-    `root/class_k/img_i.jpg`, reused if already there (a marker beside the folder says it is complete)."""
+def make_imagenet_folder(root, n: int = 5000, classes: int = 10, seed: int = 0, long_side: int = 500,
+                         grain: int = 16, quality: int = 95) -> Path:
+    """`n` photo-like JPEGs of long_side x 3/4 long_side, landscape and portrait in turn (by default ImageNet-sized:
+    500x375 and 375x500, about 110 KB: grain 16, quality 95) as `root/class_k/img_i.jpg`, reused if already there
+    (a marker beside the folder says it is complete)."""
     root = Path(root)
-    marker = root.with_name(root.name + f".complete-{n}-{classes}-{seed}")
+    marker = root.with_name(root.name + f".complete-{n}-{classes}-{seed}-{long_side}-{grain}-{quality}")
     if marker.exists():
         return root
     rng = np.random.default_rng(seed)
+    short = long_side * 3 // 4
     for i in range(n):
         folder = root / f"class_{i % classes}"
         folder.mkdir(parents=True, exist_ok=True)
-        size = (500, 375) if i % 2 == 0 else (375, 500)
-        (folder / f"img_{i:06d}.jpg").write_bytes(photo_jpeg(rng, *size, grain=16, quality=95))
+        size = (long_side, short) if i % 2 == 0 else (short, long_side)
+        (folder / f"img_{i:06d}.jpg").write_bytes(photo_jpeg(rng, *size, grain=grain, quality=quality))
     marker.touch()
     return root
+
 
 def make_wds_tars(root, n: int, per_tar: int, sample, name: str = "part") -> list:
     """`n` samples written by `webdataset.TarWriter` into `root/<name>-<k>.tar`, `per_tar` in each (reused if already
