@@ -19,6 +19,7 @@ Cost: O(n * tries) numpy work for n samples and no Python loop over them.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -37,11 +38,15 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+@functools.lru_cache(maxsize=64)
+def _epoch_key(seed: int, epoch: int) -> np.ndarray:
+    """The hashed (seed, epoch): the part of every sample's key that an epoch shares (computed once)."""
+    return _splitmix(_splitmix(np.asarray([seed], dtype=np.uint64)) ^ np.uint64(epoch))
+
+
 def sample_uniforms(seed: int, epoch: int, indices, draws) -> np.ndarray:
     """(n, len(draws)) floats in [0, 1): draw number d of sample indices[i], a function of (seed, epoch, index, d)."""
-    key = _splitmix(np.asarray([seed], dtype=np.uint64))
-    key = _splitmix(key ^ np.uint64(epoch))
-    key = _splitmix(key ^ np.asarray(indices, dtype=np.int64).astype(np.uint64))
+    key = _splitmix(_epoch_key(int(seed), int(epoch)) ^ np.asarray(indices, dtype=np.int64).astype(np.uint64))
     bits = _splitmix(key[:, None] ^ (np.asarray(draws, dtype=np.uint64)[None, :] * _GOLDEN))
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
