@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 from _corpus import corpus_files, make_imagenet_folder  # noqa: E402
 
 BATCH, CROP, WORKERS = 64, 224, 2
-PEERS = ("webdataset + PIL", "litdata + PIL", 'corgi decode="pil"')
+PEERS = ("webdataset + PIL", "litdata + PIL", 'corgi decode="pil"', "ffcv")
 FUSED = "corgi ImageDecoder"
 GOALS = {"imagenet": 1.5, "hires": 2.5, "resized": 3.0}  # ImageDecoder / best peer, issue 21 section 2
 
@@ -91,7 +91,38 @@ def corgi_loader(root: Path, workers: int, fused: bool, pack: str = "corgi"):
     return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
 
 
-LOADERS = {"webdataset + PIL": webdataset_loader, "litdata + PIL": litdata_loader,
+def ffcv_loader(root: Path, workers: int):
+    """FFCV's own fused JPEG path (numba, libjpeg-turbo): its RandomResizedCrop decoder and flip, uint8 (B, H, W, 3);
+    `workers` are its threads (0: one thread)."""
+    from ffcv.fields.decoders import IntDecoder, RandomResizedCropRGBImageDecoder
+    from ffcv.loader import Loader, OrderOption
+    from ffcv.transforms import RandomHorizontalFlip
+
+    pipelines = {"image": [RandomResizedCropRGBImageDecoder((CROP, CROP)), RandomHorizontalFlip()],
+                 "label": [IntDecoder()]}
+    return Loader(str(root / "ffcv.beton"), batch_size=BATCH, num_workers=max(1, workers), order=OrderOption.RANDOM,
+                  pipelines=pipelines, os_cache=True, seed=0, drop_last=False)
+
+
+def write_ffcv(corpus: Path, out: Path) -> str | None:
+    """FFCV's .beton of the corpus (JPEGs re-encoded at quality 90, full size); None if written, else why not."""
+    try:
+        from ffcv.fields import IntField, RGBImageField
+        from ffcv.writer import DatasetWriter
+    except ImportError as exc:
+        return f"ffcv: not importable ({exc}); it builds with libturbojpeg0-dev, libopencv-dev and pkg-config"
+    if not out.exists():
+        from PIL import Image
+
+        files = corpus_files(corpus)
+        images = type("Images", (), {"__len__": lambda self: len(files),
+                                     "__getitem__": lambda self, i: (Image.open(files[i][0]).convert("RGB"), files[i][1])})
+        DatasetWriter(str(out), {"image": RGBImageField(write_mode="jpg", jpeg_quality=90), "label": IntField()},
+                      num_workers=2).from_indexed_dataset(images())
+    return None
+
+
+LOADERS = {"ffcv": ffcv_loader, "webdataset + PIL": webdataset_loader, "litdata + PIL": litdata_loader,
            'corgi decode="pil"': lambda root, workers: corgi_loader(root, workers, fused=False),
            FUSED: lambda root, workers: corgi_loader(root, workers, fused=True),
            f"{FUSED} (resized pack)": lambda root, workers: corgi_loader(root, workers, True, "corgi-256")}
@@ -104,7 +135,8 @@ def child(name: str, root: Path, workers: int, epochs: int) -> None:
     def epoch() -> int:
         images = 0
         for batch in loader:
-            images += len(batch["data"] if isinstance(batch, dict) else batch)
+            images += len(batch["data"] if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple))
+                          else batch)
         return images
 
     epoch()
@@ -162,8 +194,8 @@ def report(runs: dict) -> None:
         if set_name == "resized" or name in PEERS:
             continue
         mode = f"DataLoader {workers} workers" if workers else "one process"
-        peers = {peer: statistics.median(runs[("imagenet" if set_name == "resized" else set_name, peer, workers)])
-                 for peer in PEERS}
+        peers = {peer: statistics.median(runs[(set_name, peer, workers)]) for peer in PEERS
+                 if (set_name, peer, workers) in runs}
         best = max(peers, key=peers.get)
         for peer, rate in peers.items():
             print(f"image {set_name:8s} {mode:22s} {peer:28s} {rate:8.0f} img/s")
@@ -173,7 +205,8 @@ def report(runs: dict) -> None:
     resized = [k for k in runs if k[0] == "resized"]
     for key in resized:
         mode = f"DataLoader {key[2]} workers" if key[2] else "one process"
-        peers = {peer: statistics.median(runs[("imagenet", peer, key[2])]) for peer in PEERS}
+        peers = {peer: statistics.median(runs[("imagenet", peer, key[2])]) for peer in PEERS
+                 if ("imagenet", peer, key[2]) in runs}
         best = max(peers, key=peers.get)
         ours = statistics.median(runs[key])
         print(f"image resized  {mode:22s} {FUSED + ' (pack 256)':28s} {ours:8.0f} img/s  {ours / peers[best]:.2f}x "
@@ -227,7 +260,10 @@ def main() -> None:
         return child(args.child, args.root, args.workers, args.epochs)
     imagenet = build(args.workdir, "imagenet", args.n, 500)
     hires = build(args.workdir, "hires", args.n_hires, 1600)
-    contenders = (*PEERS, FUSED)
+    notes = [write_ffcv(root / "corpus", root / "ffcv.beton") for root in (imagenet, hires)]
+    if notes[0]:
+        print(f"# {notes[0]}")
+    contenders = (*(peer for peer in PEERS if peer != "ffcv" or not notes[0]), FUSED)
     runs = run_rounds({"imagenet": (imagenet, contenders), "hires": (hires, contenders),
                        "resized": (imagenet, (f"{FUSED} (resized pack)",))}, args)
     report(runs)
