@@ -7,6 +7,11 @@ turns that into the same `Batch`: int64 tensors for `index`, `label`, `size`, li
 `key`, `kind`, `ext` (and a blend's `source`), one `PackedBytes` for `data`, in the same field
 order.  Samples, order, checksums, progress (samples counted per batch) and the cache are the
 per-sample path's; only the Python per sample is gone.
+
+In a DataLoader worker the payloads are gathered into shared memory (`shared_buffer`) and the batch's
+`data` is a `SharedPackedBytes`: pickled onto the worker queue, torch passes the memory's handle, not
+its bytes (a pickled `bytes` is copied four times: into the pickle, through the pipe twice, out of
+the pickle), and the main process gets a plain `PackedBytes` (one copy, out of the shared memory).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ def row_batch(rows) -> Batch:
     """The `Batch` of a `RowBatch`, field for field what `collate_samples` gives for the same samples."""
     columns = rows.columns
     batch = Batch({name: _field(name, columns[name]) for name in ("index", "key", "label", "size", "kind", "ext")})
-    batch["data"] = PackedBytes(rows.buffer, rows.offsets)
+    shared = isinstance(rows.buffer, torch.Tensor)
+    batch["data"] = (SharedPackedBytes if shared else PackedBytes)(rows.buffer, rows.offsets)
     if "source" in columns:  # a blend's samples gain it last
         batch["source"] = columns["source"].tolist()
     return batch
@@ -38,3 +44,38 @@ def row_batch(rows) -> Batch:
 def _field(name: str, column):
     """A column as `collate_samples` batches its values: names as a list, integers as an int64 tensor."""
     return column.tolist() if name in _LISTS else torch.from_numpy(column.astype("int64", copy=False))
+
+
+def shared_buffer(nbytes: int) -> tuple:
+    """(a uint8 tensor of `nbytes` in shared memory, a writable memoryview of it): a batch's buffer in a worker,
+    created shared so that the worker queue moves it without copying it first (`ordered_batches`' `allocate`)."""
+    if nbytes == 0:  # shared memory of no bytes cannot be mapped; torch sends an empty tensor as such
+        tensor = torch.empty(0, dtype=torch.uint8)
+    else:
+        tensor = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
+    return tensor, memoryview(tensor.numpy())
+
+
+class SharedPackedBytes(PackedBytes):
+    """A `PackedBytes` whose buffer is a uint8 tensor in shared memory (`shared_buffer`): it reads as one (items
+    are `bytes`), and unpickles as a plain `PackedBytes`, its bytes copied out of the shared memory."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor, offsets):
+        super().__init__(memoryview(tensor.numpy()).toreadonly(), offsets)
+        self.tensor = tensor
+
+    def __getitem__(self, i: int) -> bytes:
+        return bytes(super().__getitem__(i))
+
+    def __iter__(self):
+        return map(bytes, super().__iter__())
+
+    def __reduce__(self):
+        return _unshared, (self.tensor, self.offsets)
+
+
+def _unshared(tensor, offsets) -> PackedBytes:
+    """The `PackedBytes` of a `SharedPackedBytes` received from another process."""
+    return PackedBytes(tensor.numpy().tobytes(), offsets)

@@ -49,13 +49,15 @@ class RowBatch(NamedTuple):
     columns: dict
 
 
-def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: int, threads: int):
+def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: int, threads: int, allocate=None):
     """The `RowBatch`es of a buffer plan, every `batch_size` ids of its orders in turn (the last batch shorter):
     each piece read by `read(piece)` (-> `PieceRows`) on `threads` threads, at most `ahead` pieces ahead;
-    `nbytes(piece)` is what a read commits, counted in `residency`."""
+    `nbytes(piece)` is what a read commits, counted in `residency`.  `allocate(n)` -> (buffer, writable
+    memoryview of its n bytes), if given, makes each batch's buffer (the payloads are copied into the view);
+    by default a batch's buffer is `bytes`."""
     steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
     pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)))
-    rows, queue = ResidentRows(residency), np.empty(0, dtype=np.int64)
+    rows, queue = ResidentRows(residency, allocate), np.empty(0, dtype=np.int64)
     try:
         for item in pieces:
             if not isinstance(item, Marker):
@@ -77,8 +79,8 @@ def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: in
 class ResidentRows:
     """The rows of the pieces read and not yet all batched, sorted by id, over the pieces' bytes (see the module)."""
 
-    def __init__(self, residency):
-        self.residency = residency
+    def __init__(self, residency, allocate=None):
+        self.residency, self.allocate = residency, allocate  # allocate: see `ordered_batches`
         self.table = None     # column name -> array, one row per resident id, sorted by "id"
         self.pending = []     # rows of the pieces that arrived since the last `flush`
         self.views = {}       # piece number -> memoryview of its bytes
@@ -119,11 +121,22 @@ class ResidentRows:
         if not np.array_equal(t["id"][at], ids) or (t["due"][at] < 0).any():
             raise KeyError(f"the buffer plan lists samples that were not read for it: {ids[:8].tolist()}...")
         pieces, begins, ends = t["piece"][at], t["begin"][at], t["end"][at]
-        views = self.views
-        buffer = b"".join([views[p][a:z] for p, a, z in zip(pieces.tolist(), begins.tolist(), ends.tolist())])
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(ends - begins, out=offsets[1:])
-        return RowBatch(buffer, offsets, {name: t[name][at] for name in (*_ORDER, "source") if name in t})
+        return RowBatch(self._gather(pieces, begins, ends, offsets), offsets,
+                        {name: t[name][at] for name in (*_ORDER, "source") if name in t})
+
+    def _gather(self, pieces, begins, ends, offsets):
+        """The payloads `begins[i]:ends[i]` of pieces `pieces[i]` back to back: one `bytes.join`, or copied into
+        the view of a buffer from `allocate` (at `offsets`)."""
+        views = self.views
+        parts = [views[p][a:z] for p, a, z in zip(pieces.tolist(), begins.tolist(), ends.tolist())]
+        if self.allocate is None:
+            return b"".join(parts)
+        buffer, view = self.allocate(int(offsets[-1]))
+        for part, a, z in zip(parts, offsets[:-1].tolist(), offsets[1:].tolist()):
+            view[a:z] = part
+        return buffer
 
     def compact(self) -> None:
         """Drop the rows no longer due and the pieces with none; copy the due rows of pieces less than half due into

@@ -60,7 +60,7 @@ def assert_same(fast_batches, slow_batches):
             if isinstance(value, torch.Tensor):
                 assert got[name].dtype == value.dtype and torch.equal(got[name], value), name
             elif isinstance(value, PackedBytes):
-                assert isinstance(got[name], PackedBytes) and type(got[name].buffer) is bytes
+                assert type(got[name]) is PackedBytes and type(got[name].buffer) is bytes
                 assert got[name].buffer == value.buffer and np.array_equal(got[name].offsets, value.offsets)
                 assert got[name].offsets.dtype == value.offsets.dtype
             else:
@@ -196,6 +196,30 @@ def test_resident_rows_repeat_a_twice_read_sample_and_free_what_is_batched():
     assert residency.held == sum(len(payloads[i]) for i in (1, 2, 4))
     with pytest.raises(KeyError):
         rows.take(np.array([0]))  # already batched: a broken plan
+
+
+def test_a_batch_gathered_into_shared_memory_crosses_processes_as_a_handle():
+    from multiprocessing.reduction import ForkingPickler
+
+    from corgi_io.loaders.fast_batches import SharedPackedBytes, row_batch, shared_buffer
+
+    payloads = [bytes([i]) * (5000 + i) for i in range(6)]
+    rows = ResidentRows(Residency(), allocate=shared_buffer)
+    rows.add(rows_of(0, payloads))
+    rows.flush()
+    batch = row_batch(rows.take(np.array([4, 1, 5])))
+    data = batch["data"]
+    assert type(data) is SharedPackedBytes and data.tensor.is_shared()
+    assert list(data) == [payloads[i] for i in (4, 1, 5)] and data[1] == payloads[1] and type(data[0]) is bytes
+    pickled = ForkingPickler.dumps(batch)
+    assert len(pickled) < 5000  # the payloads' memory travels as a handle, not in the pickle
+    received = ForkingPickler.loads(pickled)["data"]
+    assert type(received) is PackedBytes and received.buffer == b"".join(payloads[i] for i in (4, 1, 5))
+    empty = ResidentRows(Residency(), allocate=shared_buffer)
+    empty.add(rows_of(0, [b"", b""]))  # no bytes at all: no shared memory to map
+    empty.flush()
+    received = ForkingPickler.loads(ForkingPickler.dumps(row_batch(empty.take(np.array([1, 0])))["data"]))
+    assert list(received) == [b"", b""]
 
 
 def test_read_buffers_are_reused_across_epochs_without_changing_a_batch(texts):
