@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
+from corgi_io.reading.buffers import warm_batch_memory
 
 _LISTS = ("key", "kind", "ext")  # columns of names, lists in a batch; the others are integers
 
@@ -77,5 +78,7 @@ class SharedPackedBytes(PackedBytes):
 
 
 def _unshared(tensor, offsets) -> PackedBytes:
-    """The `PackedBytes` of a `SharedPackedBytes` received from another process."""
+    """The `PackedBytes` of a `SharedPackedBytes` received from another process (its bytes from memory that
+    malloc keeps: `warm_batch_memory`)."""
+    warm_batch_memory()
     return PackedBytes(tensor.numpy().tobytes(), offsets)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from corgi_io.reading.buffers import warm_batch_memory
 from corgi_io.reading.read_ahead import Marker, read_ahead
 
 _ORDER = ("index", "key", "label", "size", "kind", "ext")  # the sample dict's fields before `data`
@@ -57,6 +58,8 @@ def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: in
     by default a batch's buffer is `bytes`."""
     steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
     pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)))
+    if allocate is None:
+        warm_batch_memory()  # each batch's bytes from memory malloc keeps, not fresh pages
     rows, queue = ResidentRows(residency, allocate), np.empty(0, dtype=np.int64)
     try:
         for item in pieces:

@@ -5,7 +5,10 @@ that only calls `collate_samples` (which turns the fast path off), and compares 
 names and their order, tensor dtypes and values, lists, and the PackedBytes buffer and offsets."""
 from __future__ import annotations
 
+import platform
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -244,3 +247,20 @@ def test_a_short_read_into_a_buffer_is_a_storage_error(texts):
     assert bytes(storage.read_range_into(shard, 10, memoryview(bytearray(5)))) == storage.read_range(shard, 10, 5)
     with pytest.raises(StorageError, match="short read"):
         storage.read_range_into(shard, size - 3, memoryview(bytearray(8)))
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc: its adaptive mmap threshold")
+def test_batch_sized_buffers_reuse_memory_once_batch_memory_is_warm():
+    program = """if True:
+        import resource, sys
+        from corgi_io.reading.buffers import warm_batch_memory
+        if sys.argv[1] == "warm":
+            warm_batch_memory()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for n in range(20):
+            batch = b"x" * ((4 << 20) + n * 4096)  # a batch's bytes, written once, freed
+            del batch
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)"""
+    faults = {mode: int(subprocess.run([sys.executable, "-c", program, mode], capture_output=True, text=True,
+                                       check=True).stdout) for mode in ("cold", "warm")}
+    assert faults["cold"] > 10 * 1024 and faults["warm"] < 2 * 1024  # ~1,000 faults per buffer, or for one only
