@@ -5,10 +5,12 @@ that only calls `collate_samples` (which turns the fast path off), and compares 
 names and their order, tensor dtypes and values, lists, and the PackedBytes buffer and offsets."""
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,6 +263,9 @@ def test_batch_sized_buffers_reuse_memory_once_batch_memory_is_warm():
             batch = b"x" * ((4 << 20) + n * 4096)  # a batch's bytes, written once, freed
             del batch
         print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)"""
+    import corgi_io
+
+    env = {**os.environ, "PYTHONPATH": str(Path(corgi_io.__file__).parents[1])}  # the corgi_io under test
     faults = {mode: int(subprocess.run([sys.executable, "-c", program, mode], capture_output=True, text=True,
-                                       check=True).stdout) for mode in ("cold", "warm")}
+                                       env=env, check=True).stdout) for mode in ("cold", "warm")}
     assert faults["cold"] > 10 * 1024 and faults["warm"] < 2 * 1024  # ~1,000 faults per buffer, or for one only
