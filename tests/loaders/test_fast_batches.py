@@ -227,6 +227,30 @@ def test_a_batch_gathered_into_shared_memory_crosses_processes_as_a_handle():
     assert list(received) == [b"", b""]
 
 
+def test_a_worker_reuses_a_shared_buffer_only_once_its_batch_was_copied_out_and_dropped():
+    from multiprocessing.reduction import ForkingPickler
+
+    from corgi_io.loaders.fast_batches import SharedBuffers, SharedPackedBytes
+
+    pool = SharedBuffers()
+
+    def batch(payload: bytes):
+        whole, view = pool.take(len(payload))
+        view[:] = payload
+        return SharedPackedBytes(whole, np.array([0, len(payload)]))
+
+    first = batch(b"a" * 1000)
+    pointer = first.tensor.data_ptr()
+    pickled = ForkingPickler.dumps(first)
+    assert batch(b"b" * 10).tensor.data_ptr() != pointer  # still referred to here, and not yet received
+    del first
+    assert batch(b"c" * 10).tensor.data_ptr() != pointer  # sent, not yet copied out by its receiver
+    assert list(ForkingPickler.loads(pickled)) == [b"a" * 1000]  # the receiver copies it out, flags it released
+    again = batch(b"d" * 20)
+    assert again.tensor.data_ptr() == pointer and list(again) == [b"d" * 20]
+    assert len(pool.buffers) <= SharedBuffers.KEEP
+
+
 def test_read_buffers_are_reused_across_epochs_without_changing_a_batch(texts):
     fast, slow = both(texts, batch_size=6, seed=8, buffer_blocks=2, prefetch_blocks=2)
     for epoch in range(3):
