@@ -6,7 +6,10 @@ stage keeps each piece's bytes whole and its samples as numpy rows (`PieceSplitt
 payload bounds, index, key, label, size, kind, ext, and `source` in a blend), and builds a batch
 with numpy: the batch's ids are looked up in the resident rows (kept sorted by id), its columns
 gathered by fancy indexing, and its payloads joined into one buffer by one `bytes.join` over
-memoryview slices of the pieces (the only copy; numpy's concatenate measured half as fast).
+memoryview slices of the pieces (the only copy; numpy's concatenate measured half as fast), or,
+given an `allocate` (a DataLoader worker's shared memory, `corgi_io.loaders.fast_batches`), copied
+into the buffer it gives.  Before the first `bytes` batch, `warm_batch_memory` lets malloc keep
+batch-sized memory, so that a batch's buffer does not fault in fresh pages (`buffers.py`).
 
 Same samples, same order as `buffer_order` and `collated_batches`: a buffer's order is known at
 its marker, its ids are queued after the previous buffers', and every run of `batch_size` queued
@@ -42,10 +45,11 @@ class PieceRows(NamedTuple):
 
 
 class RowBatch(NamedTuple):
-    """A batch of raw samples: the payloads joined (`buffer`, with `offsets`, len + 1 of them) and the other fields
-    as columns, in the sample dict's order (`index`, `key`, `label`, `size`, `kind`, `ext`, then `source`)."""
+    """A batch of raw samples: the payloads joined (`buffer`: `bytes`, or what `allocate` gave, with `offsets`, len
+    + 1 of them) and the other fields as columns, in the sample dict's order (`index`, `key`, `label`, `size`,
+    `kind`, `ext`, then `source`)."""
 
-    buffer: bytes
+    buffer: object
     offsets: np.ndarray
     columns: dict
 
