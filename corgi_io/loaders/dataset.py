@@ -24,7 +24,7 @@ from corgi_io.loaders.cache import cached_epoch
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
-from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch
+from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch, shared_buffer
 from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
@@ -304,8 +304,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def _row_batches(self):
         """This worker's batches of the epoch, the same as `collated_batches` of `_samples`, built from the read
         pieces with numpy (`fast_batches`)."""
-        reader, plan, _ = self._start()
-        for rows in reader.batches(plan, self.spec.batch_size):
+        reader, plan, _ = self._start()  # in a DataLoader worker, batches cross to the main process in shared memory
+        allocate = shared_buffer if torch.utils.data.get_worker_info() is not None else None
+        for rows in reader.batches(plan, self.spec.batch_size, allocate):
             self._progress.yielded += len(rows.offsets) - 1
             yield row_batch(rows)
 

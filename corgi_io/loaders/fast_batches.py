@@ -7,12 +7,20 @@ turns that into the same `Batch`: int64 tensors for `index`, `label`, `size`, li
 `key`, `kind`, `ext` (and a blend's `source`), one `PackedBytes` for `data`, in the same field
 order.  Samples, order, checksums, progress (samples counted per batch) and the cache are the
 per-sample path's; only the Python per sample is gone.
+
+In a DataLoader worker the payloads are gathered into shared memory (`shared_buffer`) and the batch's
+`data` is a `SharedPackedBytes`: pickled onto the worker queue, torch passes the memory's handle, not
+its bytes (a pickled `bytes` is copied four times: into the pickle, through the pipe twice, out of
+the pickle), and the main process gets a plain `PackedBytes` (one copy, out of the shared memory).
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
+from corgi_io.reading.buffers import GRAIN, warm_batch_memory
 
 _LISTS = ("key", "kind", "ext")  # columns of names, lists in a batch; the others are integers
 
@@ -29,7 +37,8 @@ def row_batch(rows) -> Batch:
     """The `Batch` of a `RowBatch`, field for field what `collate_samples` gives for the same samples."""
     columns = rows.columns
     batch = Batch({name: _field(name, columns[name]) for name in ("index", "key", "label", "size", "kind", "ext")})
-    batch["data"] = PackedBytes(rows.buffer, rows.offsets)
+    shared = isinstance(rows.buffer, torch.Tensor)
+    batch["data"] = (SharedPackedBytes if shared else PackedBytes)(rows.buffer, rows.offsets)
     if "source" in columns:  # a blend's samples gain it last
         batch["source"] = columns["source"].tolist()
     return batch
@@ -38,3 +47,80 @@ def row_batch(rows) -> Batch:
 def _field(name: str, column):
     """A column as `collate_samples` batches its values: names as a list, integers as an int64 tensor."""
     return column.tolist() if name in _LISTS else torch.from_numpy(column.astype("int64", copy=False))
+
+
+def shared_buffer(nbytes: int) -> tuple:
+    """(a uint8 tensor in shared memory, its first `nbytes` as a writable memoryview): a batch's buffer in a
+    worker (`ordered_batches`' `allocate`), from this process's `SharedBuffers`."""
+    return _SHARED.take(nbytes)
+
+
+class SharedBuffers:
+    """A worker's batch buffers in shared memory, reused once the main process has copied a batch out.
+
+    Fresh shared memory costs a page fault per 4 KiB in the worker: about 84,000 of the 166,000 faults
+    an epoch that bench/load.py's two workers took (the rest: their read buffers, new with each
+    worker process), worker CPU 27 -> 21 us a sample.  Each buffer is a uint8 tensor of whole MiB plus one
+    byte, the *released* flag: `_unshared` sets it in the receiving process once it has copied the
+    bytes out.  A buffer is taken again only when its flag is set and nothing in this process refers
+    to it any more; the pool keeps the `KEEP` most recent (a batch never received stays out of use).
+    """
+
+    KEEP = 8
+
+    def __init__(self):
+        self.buffers = []  # whole tensors: capacity bytes, then the released flag
+
+    def take(self, nbytes: int) -> tuple:
+        """(a buffer holding at least `nbytes` and its flag, a writable view of its first `nbytes`)."""
+        whole = self._released(nbytes)
+        if whole is None:
+            capacity = max(1, -(-nbytes // GRAIN)) * GRAIN
+            whole = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(capacity + 1))
+            self.buffers = self.buffers[-(self.KEEP - 1):] + [whole]
+        array = whole.numpy()
+        array[-1] = 0  # sent, not yet copied out
+        return whole, memoryview(array)[:nbytes]
+
+    def _released(self, nbytes: int):
+        """A pooled buffer of more than `nbytes` whose receiver copied its batch out and that nothing here refers
+        to any more (the pool's list and getrefcount's argument are its only references), or None."""
+        buffers = self.buffers
+        for i in range(len(buffers)):
+            if len(buffers[i]) > nbytes and sys.getrefcount(buffers[i]) == 2 and buffers[i][-1]:
+                return buffers[i]
+        return None
+
+
+_SHARED = SharedBuffers()  # one per process: a forked worker starts with the parent's, empty, as the parent
+# never takes one (only DataLoader workers gather into shared memory)
+
+
+class SharedPackedBytes(PackedBytes):
+    """A `PackedBytes` whose buffer is a uint8 tensor in shared memory (`shared_buffer`): it reads as one (items
+    are `bytes`), and unpickles as a plain `PackedBytes`, its bytes copied out of the shared memory."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor, offsets):
+        super().__init__(None, offsets)
+        self.buffer, self.tensor = memoryview(tensor.numpy())[:int(self.offsets[-1])].toreadonly(), tensor
+
+    def __getitem__(self, i: int) -> bytes:
+        return bytes(super().__getitem__(i))
+
+    def __iter__(self):
+        return map(bytes, super().__iter__())
+
+    def __reduce__(self):
+        return _unshared, (self.tensor, self.offsets)
+
+
+def _unshared(tensor, offsets) -> PackedBytes:
+    """The `PackedBytes` of a `SharedPackedBytes` received from another process (its bytes from memory that
+    malloc keeps: `warm_batch_memory`); the shared buffer is flagged released, for its sender to reuse."""
+    warm_batch_memory()
+    array = tensor.numpy()
+    packed = PackedBytes(array[:int(offsets[-1])].tobytes(), offsets)
+    array[-1] = 1
+    return packed

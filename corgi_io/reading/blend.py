@@ -48,10 +48,10 @@ class BlendReader:
             sample["source"] = name
         return int(piece[1]), samples, payload_bytes, record_bytes
 
-    def batches(self, plan, batch_size: int):
+    def batches(self, plan, batch_size: int, allocate=None):
         """The plan's samples as `RowBatch`es of `batch_size`, each row with its `source` (`PieceReader.batches`)."""
         return ordered_batches(plan, self.piece_rows, self._nbytes, self.residency, batch_size,
-                               ahead=self.prefetch_pieces, threads=self.read_threads)
+                               ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate)
 
     def piece_rows(self, piece) -> PieceRows:
         """One virtual piece as `PieceRows` of its virtual ids, read through its source's reader, in a reading thread."""

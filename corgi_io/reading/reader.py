@@ -107,11 +107,12 @@ class PieceReader:
         return ordered_samples(plan, self.piece_samples, lambda piece: self.byte_range(piece)[2], self.residency,
                                ahead=self.prefetch_pieces, threads=self.read_threads)
 
-    def batches(self, plan, batch_size: int):
+    def batches(self, plan, batch_size: int, allocate=None):
         """Yield the plan's samples as `RowBatch`es of `batch_size` (the last one shorter), in the order `samples`
-        yields them, built without a dict per sample (`corgi_io.reading.rows`; single-field packs)."""
+        yields them, built without a dict per sample (`corgi_io.reading.rows`; single-field packs); `allocate`
+        makes their buffers (`ordered_batches`)."""
         return ordered_batches(plan, self.piece_rows, lambda piece: self.byte_range(piece)[2], self.residency,
-                               batch_size, ahead=self.prefetch_pieces, threads=self.read_threads)
+                               batch_size, ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate)
 
     def read_piece(self, piece, into=None) -> bytes:
         """A piece's records: one ranged read (or the cache's copy), verified when verification is on.  `into`: a

@@ -6,7 +6,10 @@ stage keeps each piece's bytes whole and its samples as numpy rows (`PieceSplitt
 payload bounds, index, key, label, size, kind, ext, and `source` in a blend), and builds a batch
 with numpy: the batch's ids are looked up in the resident rows (kept sorted by id), its columns
 gathered by fancy indexing, and its payloads joined into one buffer by one `bytes.join` over
-memoryview slices of the pieces (the only copy; numpy's concatenate measured half as fast).
+memoryview slices of the pieces (the only copy; numpy's concatenate measured half as fast), or,
+given an `allocate` (a DataLoader worker's shared memory, `corgi_io.loaders.fast_batches`), copied
+into the buffer it gives.  Before the first `bytes` batch, `warm_batch_memory` lets malloc keep
+batch-sized memory, so that a batch's buffer does not fault in fresh pages (`buffers.py`).
 
 Same samples, same order as `buffer_order` and `collated_batches`: a buffer's order is known at
 its marker, its ids are queued after the previous buffers', and every run of `batch_size` queued
@@ -25,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from corgi_io.reading.buffers import warm_batch_memory
 from corgi_io.reading.read_ahead import Marker, read_ahead
 
 _ORDER = ("index", "key", "label", "size", "kind", "ext")  # the sample dict's fields before `data`
@@ -41,21 +45,26 @@ class PieceRows(NamedTuple):
 
 
 class RowBatch(NamedTuple):
-    """A batch of raw samples: the payloads joined (`buffer`, with `offsets`, len + 1 of them) and the other fields
-    as columns, in the sample dict's order (`index`, `key`, `label`, `size`, `kind`, `ext`, then `source`)."""
+    """A batch of raw samples: the payloads joined (`buffer`: `bytes`, or what `allocate` gave, with `offsets`, len
+    + 1 of them) and the other fields as columns, in the sample dict's order (`index`, `key`, `label`, `size`,
+    `kind`, `ext`, then `source`)."""
 
-    buffer: bytes
+    buffer: object
     offsets: np.ndarray
     columns: dict
 
 
-def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: int, threads: int):
+def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: int, threads: int, allocate=None):
     """The `RowBatch`es of a buffer plan, every `batch_size` ids of its orders in turn (the last batch shorter):
     each piece read by `read(piece)` (-> `PieceRows`) on `threads` threads, at most `ahead` pieces ahead;
-    `nbytes(piece)` is what a read commits, counted in `residency`."""
+    `nbytes(piece)` is what a read commits, counted in `residency`.  `allocate(n)` -> (buffer, writable
+    memoryview of its n bytes), if given, makes each batch's buffer (the payloads are copied into the view);
+    by default a batch's buffer is `bytes`."""
     steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
     pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)))
-    rows, queue = ResidentRows(residency), np.empty(0, dtype=np.int64)
+    if allocate is None:
+        warm_batch_memory()  # each batch's bytes from memory malloc keeps, not fresh pages
+    rows, queue = ResidentRows(residency, allocate), np.empty(0, dtype=np.int64)
     try:
         for item in pieces:
             if not isinstance(item, Marker):
@@ -77,8 +86,8 @@ def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: in
 class ResidentRows:
     """The rows of the pieces read and not yet all batched, sorted by id, over the pieces' bytes (see the module)."""
 
-    def __init__(self, residency):
-        self.residency = residency
+    def __init__(self, residency, allocate=None):
+        self.residency, self.allocate = residency, allocate  # allocate: see `ordered_batches`
         self.table = None     # column name -> array, one row per resident id, sorted by "id"
         self.pending = []     # rows of the pieces that arrived since the last `flush`
         self.views = {}       # piece number -> memoryview of its bytes
@@ -119,11 +128,22 @@ class ResidentRows:
         if not np.array_equal(t["id"][at], ids) or (t["due"][at] < 0).any():
             raise KeyError(f"the buffer plan lists samples that were not read for it: {ids[:8].tolist()}...")
         pieces, begins, ends = t["piece"][at], t["begin"][at], t["end"][at]
-        views = self.views
-        buffer = b"".join([views[p][a:z] for p, a, z in zip(pieces.tolist(), begins.tolist(), ends.tolist())])
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(ends - begins, out=offsets[1:])
-        return RowBatch(buffer, offsets, {name: t[name][at] for name in (*_ORDER, "source") if name in t})
+        return RowBatch(self._gather(pieces, begins, ends, offsets), offsets,
+                        {name: t[name][at] for name in (*_ORDER, "source") if name in t})
+
+    def _gather(self, pieces, begins, ends, offsets):
+        """The payloads `begins[i]:ends[i]` of pieces `pieces[i]` back to back: one `bytes.join`, or copied into
+        the view of a buffer from `allocate` (at `offsets`)."""
+        views = self.views
+        parts = [views[p][a:z] for p, a, z in zip(pieces.tolist(), begins.tolist(), ends.tolist())]
+        if self.allocate is None:
+            return b"".join(parts)
+        buffer, view = self.allocate(int(offsets[-1]))
+        for part, a, z in zip(parts, offsets[:-1].tolist(), offsets[1:].tolist()):
+            view[a:z] = part
+        return buffer
 
     def compact(self) -> None:
         """Drop the rows no longer due and the pieces with none; copy the due rows of pieces less than half due into

@@ -53,9 +53,8 @@ def _place_largest_first(by_size: np.ndarray, sizes: np.ndarray, m: int, batch_s
     open_sums, open_batches = [0.0] * m, list(range(m))  # batches with room, by (sum, when it got there)
     draws = rng.random(len(by_size)).tolist()
     for idx, x, u in zip(by_size.tolist(), sizes[by_size].tolist(), draws):
-        lightest = open_sums[0]
-        near = max(bisect_left(open_sums, lightest + x), bisect_right(open_sums, lightest))
-        j = int(u * near)
+        lightest = open_sums[0]  # the lighter than lightest + x, or (x = 0) the lightest: never fewer than those
+        j = int(u * (bisect_left(open_sums, lightest + x) or bisect_right(open_sums, lightest)))
         b, total = open_batches.pop(j), open_sums.pop(j) + x
         slots[b].append(idx)
         if len(slots[b]) < batch_size:

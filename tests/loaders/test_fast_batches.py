@@ -5,7 +5,12 @@ that only calls `collate_samples` (which turns the fast path off), and compares 
 names and their order, tensor dtypes and values, lists, and the PackedBytes buffer and offsets."""
 from __future__ import annotations
 
+import os
+import platform
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,7 +65,7 @@ def assert_same(fast_batches, slow_batches):
             if isinstance(value, torch.Tensor):
                 assert got[name].dtype == value.dtype and torch.equal(got[name], value), name
             elif isinstance(value, PackedBytes):
-                assert isinstance(got[name], PackedBytes) and type(got[name].buffer) is bytes
+                assert type(got[name]) is PackedBytes and type(got[name].buffer) is bytes
                 assert got[name].buffer == value.buffer and np.array_equal(got[name].offsets, value.offsets)
                 assert got[name].offsets.dtype == value.offsets.dtype
             else:
@@ -198,6 +203,54 @@ def test_resident_rows_repeat_a_twice_read_sample_and_free_what_is_batched():
         rows.take(np.array([0]))  # already batched: a broken plan
 
 
+def test_a_batch_gathered_into_shared_memory_crosses_processes_as_a_handle():
+    from multiprocessing.reduction import ForkingPickler
+
+    from corgi_io.loaders.fast_batches import SharedPackedBytes, row_batch, shared_buffer
+
+    payloads = [bytes([i]) * (5000 + i) for i in range(6)]
+    rows = ResidentRows(Residency(), allocate=shared_buffer)
+    rows.add(rows_of(0, payloads))
+    rows.flush()
+    batch = row_batch(rows.take(np.array([4, 1, 5])))
+    data = batch["data"]
+    assert type(data) is SharedPackedBytes and data.tensor.is_shared()
+    assert list(data) == [payloads[i] for i in (4, 1, 5)] and data[1] == payloads[1] and type(data[0]) is bytes
+    pickled = ForkingPickler.dumps(batch)
+    assert len(pickled) < 5000  # the payloads' memory travels as a handle, not in the pickle
+    received = ForkingPickler.loads(pickled)["data"]
+    assert type(received) is PackedBytes and received.buffer == b"".join(payloads[i] for i in (4, 1, 5))
+    empty = ResidentRows(Residency(), allocate=shared_buffer)
+    empty.add(rows_of(0, [b"", b""]))  # no bytes at all: no shared memory to map
+    empty.flush()
+    received = ForkingPickler.loads(ForkingPickler.dumps(row_batch(empty.take(np.array([1, 0])))["data"]))
+    assert list(received) == [b"", b""]
+
+
+def test_a_worker_reuses_a_shared_buffer_only_once_its_batch_was_copied_out_and_dropped():
+    from multiprocessing.reduction import ForkingPickler
+
+    from corgi_io.loaders.fast_batches import SharedBuffers, SharedPackedBytes
+
+    pool = SharedBuffers()
+
+    def batch(payload: bytes):
+        whole, view = pool.take(len(payload))
+        view[:] = payload
+        return SharedPackedBytes(whole, np.array([0, len(payload)]))
+
+    first = batch(b"a" * 1000)
+    pointer = first.tensor.data_ptr()
+    pickled = ForkingPickler.dumps(first)
+    assert batch(b"b" * 10).tensor.data_ptr() != pointer  # still referred to here, and not yet received
+    del first
+    assert batch(b"c" * 10).tensor.data_ptr() != pointer  # sent, not yet copied out by its receiver
+    assert list(ForkingPickler.loads(pickled)) == [b"a" * 1000]  # the receiver copies it out, flags it released
+    again = batch(b"d" * 20)
+    assert again.tensor.data_ptr() == pointer and list(again) == [b"d" * 20]
+    assert len(pool.buffers) <= SharedBuffers.KEEP
+
+
 def test_read_buffers_are_reused_across_epochs_without_changing_a_batch(texts):
     fast, slow = both(texts, batch_size=6, seed=8, buffer_blocks=2, prefetch_blocks=2)
     for epoch in range(3):
@@ -220,3 +273,23 @@ def test_a_short_read_into_a_buffer_is_a_storage_error(texts):
     assert bytes(storage.read_range_into(shard, 10, memoryview(bytearray(5)))) == storage.read_range(shard, 10, 5)
     with pytest.raises(StorageError, match="short read"):
         storage.read_range_into(shard, size - 3, memoryview(bytearray(8)))
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc: its adaptive mmap threshold")
+def test_batch_sized_buffers_reuse_memory_once_batch_memory_is_warm():
+    program = """if True:
+        import resource, sys
+        from corgi_io.reading.buffers import warm_batch_memory
+        if sys.argv[1] == "warm":
+            warm_batch_memory()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for n in range(20):
+            batch = b"x" * ((4 << 20) + n * 4096)  # a batch's bytes, written once, freed
+            del batch
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)"""
+    import corgi_io
+
+    env = {**os.environ, "PYTHONPATH": str(Path(corgi_io.__file__).parents[1])}  # the corgi_io under test
+    faults = {mode: int(subprocess.run([sys.executable, "-c", program, mode], capture_output=True, text=True,
+                                       env=env, check=True).stdout) for mode in ("cold", "warm")}
+    assert faults["cold"] > 10 * 1024 and faults["warm"] < 2 * 1024  # ~1,000 faults per buffer, or for one only
