@@ -5,7 +5,8 @@ Corpora, generated here (photo-like JPEGs, quality 90, landscape and portrait in
   hires      --n-hires images of 1600x1200 (about 600 KB);
   resized    the imagenet set packed with `corgi pack --image-max-side 256`.
 
-Contenders, each measurement in a fresh process (`--child`), through DataLoader(num_workers=2) and in one process:
+Contenders, each measurement in a fresh process (`--child`), through DataLoader(num_workers=2, persistent_workers=True)
+(FFCV: its Loader with 2 threads) and in one process:
   webdataset + PIL            wds.WebDataset(tars).shuffle(1000), Pillow decode + RandomResizedCrop + flip
   litdata + PIL               litdata.StreamingDataset(shuffle=True) over its own chunks, the same transform
   corgi decode="pil"          CorgiPileDataset(decode="pil", transform=the same, batch_size=64): today's path
@@ -65,7 +66,7 @@ def webdataset_loader(root: Path, workers: int):
     decode = pil_bytes(pil_transform())
     urls = sorted(str(p) for p in (root / "wds").glob("shard-*.tar"))
     dataset = wds.WebDataset(urls, shardshuffle=False, empty_check=False).shuffle(1000).map(lambda s: decode(s["jpg"]))
-    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers)
+    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers, persistent_workers=workers > 0)
 
 
 def litdata_loader(root: Path, workers: int):
@@ -78,7 +79,7 @@ def litdata_loader(root: Path, workers: int):
             return decode(super().__getitem__(index)["data"])
 
     return StreamingDataLoader(Images(str(root / "litdata"), shuffle=True, seed=0), batch_size=BATCH,
-                               num_workers=workers)
+                               num_workers=workers, persistent_workers=workers > 0)
 
 
 def corgi_loader(root: Path, workers: int, fused: bool, pack: str = "corgi"):
@@ -88,7 +89,7 @@ def corgi_loader(root: Path, workers: int, fused: bool, pack: str = "corgi"):
 
     options = {"decode": ImageDecoder(CROP)} if fused else {"decode": "pil", "transform": pil_transform()}
     dataset = CorgiPileDataset(root / pack, batch_size=BATCH, seed=0, **options)
-    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 
 def ffcv_loader(root: Path, workers: int):

@@ -17,6 +17,7 @@ are the parallelism, as torch's own thread count is one in a DataLoader worker).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 import cv2
@@ -117,9 +118,11 @@ class BatchSlots:
 
 
 def _new_slab(shape: tuple) -> torch.Tensor:
-    """An uninitialised uint8 tensor; in shared memory inside a DataLoader worker, whose queue would copy it there."""
-    slab = torch.empty(shape, dtype=torch.uint8)
-    return slab.share_memory_() if torch.utils.data.get_worker_info() is not None else slab
+    """An uninitialised uint8 tensor; made in shared memory inside a DataLoader worker, whose queue would copy it
+    there (`share_memory_` would copy it too: `_new_shared` is torch's own allocation of shared memory)."""
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(math.prod(shape))).view(shape)
 
 
 def batch_slots(decode, rows: int):
