@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -92,30 +93,60 @@ class RowProgress(Progress):
     resumer = staticmethod(RowPlanner.resumed_plan)
 
 
+class PieceTokens(NamedTuple):
+    """The token ids of one piece's documents: `tokens` (1-D, the ids' own dtype) and per document of the piece
+    (samples ``first..first + len(offsets)``) the index of its first id in `tokens`."""
+
+    first: int
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+
 class TokenPieces:
-    """`read(piece)`: one piece of a pack read (and verified) by a `PieceReader`, as {sample id: its token ids}."""
+    """`read(piece)`: one piece of a pack read (and verified) by a `PieceReader`, as its `PieceTokens`."""
 
     def __init__(self, reader):
         self.reader, self.manifest = reader, reader.manifest
 
-    def read(self, piece) -> dict:
+    def read(self, piece) -> PieceTokens:
+        """The piece's ids viewed in its bytes, not copied, when every document is a .npy array with the first
+        one's header, aligned to its dtype (`npy_layout`); else the documents copied one by one (`_compact`)."""
         data = self.reader.read_piece(piece)
         _, start, stop = piece
         s = self.manifest.samples
         begins = np.asarray(s.data_offset[start:stop] - s.offset[start], np.int64)
         nbytes = np.asarray(s.bytes[start:stop], np.int64)
         counts = np.asarray(s.size[start:stop], np.int64)
-        fast = npy_layout(data, begins, nbytes)
-        ids = {}
+        layout = npy_layout(data, begins, nbytes)
+        if layout is not None:
+            dtype, fast, skips = layout
+            firsts = begins + skips
+            if fast.all() and not (firsts % dtype.itemsize).any():
+                self._check_counts(start, nbytes - skips, counts, dtype.itemsize)
+                return PieceTokens(start, np.frombuffer(data, dtype, len(data) // dtype.itemsize),
+                                   firsts // dtype.itemsize)
+        return self._compact(data, start, begins, nbytes, counts, layout)
+
+    def _check_counts(self, start: int, payload: np.ndarray, counts: np.ndarray, itemsize: int) -> None:
+        """CorruptDataError for the first document whose payload does not hold its manifest size of ids."""
+        bad = np.flatnonzero(payload != counts * itemsize)
+        if len(bad):
+            i = int(bad[0])
+            self._corrupt(start + i, f"{payload[i] / itemsize:g} token ids, the manifest says {counts[i]}")
+
+    def _compact(self, data: bytes, start: int, begins, nbytes, counts, layout) -> PieceTokens:
+        """The piece's documents copied into one array, one by one: the fast ones viewed with the first header's
+        dtype (checked), the others through `_slow`."""
+        parts = []
         for i, (begin, n, count) in enumerate(zip(begins.tolist(), nbytes.tolist(), counts.tolist())):
-            if fast is not None and fast[1][i]:
-                dtype, skip = fast[0], fast[2][i]
-                if n - skip != count * dtype.itemsize:
-                    self._corrupt(start + i, f"{(n - skip) / dtype.itemsize:g} token ids, the manifest says {count}")
-                ids[start + i] = np.frombuffer(data, dtype, count, begin + skip)
+            if layout is not None and layout[1][i]:
+                dtype, skip = layout[0], int(layout[2][i])
+                self._check_counts(start + i, np.array([n - skip]), np.array([count]), dtype.itemsize)
+                parts.append(np.frombuffer(data, dtype, count, begin + skip))
             else:
-                ids[start + i] = self._slow(data[begin:begin + n], start + i, count)
-        return ids
+                parts.append(self._slow(data[begin:begin + n], start + i, count))
+        offsets = np.concatenate(([0], np.cumsum([len(part) for part in parts], dtype=np.int64)[:-1]))
+        return PieceTokens(start, np.concatenate(parts) if parts else np.zeros(0, np.int64), offsets[:len(parts)])
 
     def _slow(self, payload: bytes, index: int, count: int) -> np.ndarray:
         """One document through `token_ids` (np.load, no pickle): a header the fast path does not read."""
@@ -162,7 +193,7 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
     same = room & np.all(u8[at + np.arange(8)] == NPY_V1, axis=1) & \
         np.all(u8[at + 10 + np.arange(len(prefix))] == prefix, axis=1)
     skips = 10 + u8[at[:, 0] + 8].astype(np.int64) + 256 * u8[at[:, 0] + 9].astype(np.int64)
-    return dtype, (same & (skips <= nbytes)).tolist(), skips.tolist()
+    return dtype, same & (skips <= nbytes), skips
 
 
 def row_steps(stream, ranges: list, length: int):
@@ -176,104 +207,123 @@ def row_steps(stream, ranges: list, length: int):
         yield Marker(("end",))
 
 
-class RowBuilder:
-    """Lays a rank stream's documents into the slots [lo, hi) of one row range, buffer after buffer, and hands
-    out each row once nothing more can land in it.  Holds the rows not yet complete (a partial row, or the
-    rows a buffer's documents reach): slots as int64 token ids (`pad_id` where nothing lands) and document
-    ids (-1)."""
+def buffer_tokens(pieces: list, ids: np.ndarray) -> tuple:
+    """(tokens, offsets): the `PieceTokens` of a buffer as one array (the piece itself when there is one), and for
+    each sample of `ids` the index of its first token there.  O(tokens) for the join, O(n log pieces) the rest."""
+    pieces = sorted(pieces, key=lambda piece: piece.first)
+    firsts = np.array([piece.first for piece in pieces], np.int64)
+    sizes = np.array([len(piece.tokens) for piece in pieces], np.int64)
+    counts = np.array([len(piece.offsets) for piece in pieces], np.int64)
+    bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    offsets = np.concatenate([piece.offsets + base for piece, base in zip(pieces, bases.tolist())])
+    which = np.searchsorted(firsts, ids, "right") - 1
+    at = np.concatenate(([0], np.cumsum(counts)[:-1]))[which] + ids - firsts[which]
+    tokens = pieces[0].tokens if len(pieces) == 1 else np.concatenate([piece.tokens for piece in pieces])
+    return (tokens if len(tokens) else np.zeros(1, np.int64)), offsets[at]
 
-    def __init__(self, stream, spec: RowSpec):
-        self.stream, self.spec, self.length = stream, spec, spec.pack_length
-        self.eos = None if spec.eos_id is None else np.array([spec.eos_id], np.int64)
+
+class RowBuilder:
+    """Lays a rank stream's documents into the rows of a worker's row ranges, buffer after buffer, straight into
+    the int64 arrays of the item being built (`batch` rows of L: token ids, `pad_id` where nothing lands, and
+    document ids, -1 there), and hands out each item once its rows are complete.  Per buffer and item a handful
+    of numpy passes over the item's slots; no per-document Python."""
+
+    def __init__(self, stream, spec: RowSpec, batch: int):
+        self.stream, self.spec, self.length, self.batch = stream, spec, spec.pack_length, batch
+        self._new_item()
+
+    def _new_item(self) -> None:
+        self.filled = 0  # rows of the item complete
+        self.tokens = np.full(self.batch * self.length, self.spec.pad_id, np.int64)
+        self.docs = np.full(self.batch * self.length, -1, np.int64)
 
     def start(self, lo: int, hi: int) -> None:
-        self.base, self.hi = lo, hi
-        self.tokens, self.docs = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        """A row range begins: its slots [lo, hi)."""
+        self.lo, self.hi = lo, hi
 
-    def place(self, first: int, stop: int, held: dict) -> tuple:
-        """Documents ``first:stop`` of the stream (their ids in `held`, taken out) laid down; the complete rows
-        (tokens, document ids), each (n, L).  O(their tokens) with numpy, O(documents) in Python."""
+    def _window(self) -> int:
+        """The slot after the rows of the range that the item still has room for."""
+        return min(self.lo + (self.batch - self.filled) * self.length, self.hi)
+
+    def place(self, first: int, stop: int, pieces: list):
+        """Documents ``first:stop`` of the stream (a buffer's, their ids in `pieces`) laid down; yields each item
+        made complete, as (tokens, document ids), each (rows, L)."""
         s = self.stream
-        ids, starts, lengths = s.ids[first:stop], s.starts[first:stop], s.lengths[first:stop]
-        gaps = np.append(starts[1:] - starts[:-1] - lengths[:-1], 0).tolist()  # padding between unsplit documents
-        parts = []
-        for doc, gap in zip(ids.tolist(), gaps):
-            parts.append(held.pop(doc))
-            if self.eos is not None:
-                parts.append(self.eos)
-            if gap:
-                parts.append(np.full(gap, self.spec.pad_id, np.int64))
-        lo, tokens = int(starts[0]), np.concatenate(parts)
-        docs = np.repeat(np.column_stack([ids, np.full(len(ids), -1)]).ravel(),
-                         np.column_stack([lengths, gaps]).ravel())
-        self._put(lo, tokens, docs)
-        upto = int(s.starts[stop]) if stop < len(s.ids) else s.end  # nothing lands before the next document
-        return self._take((min(upto, self.hi) - self.base) // self.length)
+        tokens, offsets = buffer_tokens(pieces, s.ids[first:stop])
+        upto = min(int(s.starts[stop]) if stop < len(s.ids) else s.end, self.hi)  # nothing lands before the next
+        while self.lo < self.hi:
+            end = self._window()
+            self._fill(slice(first, stop), tokens, offsets, end)
+            if upto < end:
+                return
+            yield from self._advance(end)
 
-    def _put(self, lo: int, tokens: np.ndarray, docs: np.ndarray) -> None:
-        """Slots [lo, lo + len(tokens)) clipped to [base, hi), growing the held rows to reach them."""
-        a, z = max(lo, self.base), min(lo + len(tokens), self.hi)
+    def _fill(self, docs: slice, tokens: np.ndarray, offsets: np.ndarray, end: int) -> None:
+        """The slots [lo, end) where documents `docs` of the stream land, written into the item."""
+        s, lo = self.stream, self.lo
+        starts, lengths = s.starts[docs], s.lengths[docs]
+        a, z = np.searchsorted(starts + lengths, lo, "right"), np.searchsorted(starts, end, "left")
         if a >= z:
             return
-        self._grow(z)
-        self.tokens[a - self.base:z - self.base] = tokens[a - lo:z - lo]
-        self.docs[a - self.base:z - self.base] = docs[a - lo:z - lo]
+        starts, lengths, ids, offsets = starts[a:z], lengths[a:z], s.ids[docs][a:z], offsets[a:z]
+        stops = starts + lengths  # each document, then the padding up to the next one's start
+        bounds = np.column_stack([starts, stops, np.append(starts[1:], stops[-1])]).clip(lo, end)
+        first, last = int(bounds[0, 0]), int(bounds[-1, 2])
+        at = slice(self.filled * self.length + first - lo, self.filled * self.length + last - lo)
+        self.docs[at] = np.repeat(np.column_stack([ids, np.full(len(ids), -1)]).ravel(), np.diff(bounds).ravel())
+        sources = np.repeat(offsets - starts, bounds[:, 2] - bounds[:, 0]) + np.arange(first, last)
+        self.tokens[at] = np.take(tokens, sources, mode="clip")  # the end tokens and padding are set next
+        if self.spec.eos_id is not None:
+            ends = stops[(stops > lo) & (stops <= end)] - 1
+            self.tokens[self.filled * self.length + ends - lo] = self.spec.eos_id
+        if (bounds[:, 2] > bounds[:, 1]).any():
+            self.tokens[at][self.docs[at] < 0] = self.spec.pad_id
 
-    def _grow(self, slot: int) -> None:
-        """The held rows extended (with padding) to the row that holds slot `slot - 1`."""
-        need = -(-(slot - self.base) // self.length) * self.length
-        if need > len(self.tokens):
-            self.tokens = np.concatenate([self.tokens, np.full(need - len(self.tokens), self.spec.pad_id, np.int64)])
-            self.docs = np.concatenate([self.docs, np.full(need - len(self.docs), -1, np.int64)])
+    def _advance(self, end: int):
+        """The rows up to slot `end` complete: yields the item when it is full."""
+        self.filled += (end - self.lo) // self.length
+        self.lo = end
+        if self.filled == self.batch:
+            yield self._take()
 
-    def finish(self) -> tuple:
-        """The range's remaining rows, up to its end (padding where no document lands)."""
-        self._grow(self.hi)
-        return self._take((self.hi - self.base) // self.length)
-
-    def _take(self, rows: int) -> tuple:
-        cut = rows * self.length
-        out = self.tokens[:cut].reshape(rows, self.length), self.docs[:cut].reshape(rows, self.length)
-        self.tokens, self.docs, self.base = self.tokens[cut:], self.docs[cut:], self.base + cut
+    def _take(self) -> tuple:
+        rows = self.filled
+        out = self.tokens[:rows * self.length].reshape(rows, self.length), \
+            self.docs[:rows * self.length].reshape(rows, self.length)
+        self._new_item()
         return out
 
+    def finish(self):
+        """The range's remaining rows complete (padding where no document lands): yields the items they fill."""
+        while self.lo < self.hi:
+            yield from self._advance(self._window())
 
-def row_blocks(reader, stream, ranges: list, spec: RowSpec):
-    """A worker's complete rows, (tokens, document ids) blocks of (n, L), in order: the pieces read `prefetch`
-    ahead by `reader` (a PieceReader), each document's ids taken out of its piece (`TokenPieces`)."""
-    builder, held = RowBuilder(stream, spec), {}
+    def flush(self):
+        """Yields the last item, shorter, when rows are left in it."""
+        if self.filled:
+            yield self._take()
+
+
+def row_blocks(reader, stream, ranges: list, spec: RowSpec, batch: int):
+    """A worker's items of `batch` rows (the last one may be shorter), (tokens, document ids) of (rows, L), in
+    order: the pieces read `prefetch` ahead by `reader` (a PieceReader), as `PieceTokens`."""
+    builder, pieces = RowBuilder(stream, spec, batch), []
     steps = row_steps(stream, ranges, spec.pack_length)
     items = read_ahead(steps, TokenPieces(reader).read, ahead=reader.prefetch_pieces, threads=reader.read_threads)
     try:
         for item in items:
             if not isinstance(item, Marker):
-                held.update(item)
+                pieces.append(item)
             elif item.value[0] == "range":
                 builder.start(*item.value[1:])
             elif item.value[0] == "buffer":
-                yield builder.place(*item.value[1:], held)
+                yield from builder.place(*item.value[1:], pieces)
+                pieces = []
             else:
-                yield builder.finish()
-                held.clear()
+                yield from builder.finish()
+        yield from builder.flush()
     finally:
         items.close()
-
-
-def batches_of(blocks, batch: int):
-    """Blocks of rows regrouped into (batch, L) blocks, the last one shorter when the rows run out."""
-    tokens, docs, count = [], [], 0
-    for block_tokens, block_docs in blocks:
-        tokens.append(block_tokens)
-        docs.append(block_docs)
-        count += len(block_tokens)
-        if count >= batch:
-            all_tokens, all_docs = np.concatenate(tokens), np.concatenate(docs)
-            whole = count - count % batch
-            for i in range(0, whole, batch):
-                yield all_tokens[i:i + batch], all_docs[i:i + batch]
-            tokens, docs, count = [all_tokens[whole:]], [all_docs[whole:]], count - whole
-    if count:
-        yield np.concatenate(tokens), np.concatenate(docs)
 
 
 def row_item(tokens: np.ndarray, docs: np.ndarray, batched: bool) -> dict:
@@ -281,14 +331,13 @@ def row_item(tokens: np.ndarray, docs: np.ndarray, batched: bool) -> dict:
     the document changes; `cu_seqlens` are those restarts over the n * L flattened tokens, and their end."""
     n, length = tokens.shape
     flat = docs.ravel()
-    restart = np.zeros(n * length, bool)
+    restart = np.empty(n * length, bool)
+    np.not_equal(flat[1:], flat[:-1], out=restart[1:])
     restart[::length] = True
-    restart[1:] |= flat[1:] != flat[:-1]
     bounds = np.append(np.flatnonzero(restart), n * length)
     positions = np.arange(n * length) - np.repeat(bounds[:-1], np.diff(bounds))
-    item = {"input_ids": torch.from_numpy(np.ascontiguousarray(tokens)),
-            "position_ids": torch.from_numpy(positions.reshape(n, length)),
-            "document_ids": torch.from_numpy(np.ascontiguousarray(docs)),
+    item = {"input_ids": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions.reshape(n, length)),
+            "document_ids": torch.from_numpy(docs),
             "cu_seqlens": torch.from_numpy(bounds.astype(np.int32)), "max_seqlen": int(np.diff(bounds).max())}
     if not batched:
         item.update((name, item[name][0]) for name in ("input_ids", "position_ids", "document_ids"))
@@ -297,6 +346,5 @@ def row_item(tokens: np.ndarray, docs: np.ndarray, batched: bool) -> dict:
 
 def row_items(reader, stream, ranges: list, spec: RowSpec, batch_size: int | None):
     """A worker's items: rows one by one, or batches of `batch_size` rows (see the module)."""
-    blocks = row_blocks(reader, stream, ranges, spec)
-    for tokens, docs in batches_of(blocks, batch_size or 1):
+    for tokens, docs in row_blocks(reader, stream, ranges, spec, batch_size or 1):
         yield row_item(tokens, docs, batch_size is not None)
