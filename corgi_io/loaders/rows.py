@@ -29,6 +29,7 @@ from corgi_io.loaders.progress import Progress
 
 NPY_V1 = np.frombuffer(b"\x93NUMPY\x01\x00", np.uint8)  # the magic and version 1.0 of a .npy file
 ROW_SHUFFLES = ("corgipile", "block", "none")
+CHUNK_SLOTS = 1 << 18  # slots (token ids) of the rows built at once: 2 MiB an int64 column
 
 
 @dataclass(frozen=True)
@@ -224,29 +225,29 @@ def buffer_tokens(pieces: list, ids: np.ndarray) -> tuple:
 
 class RowBuilder:
     """Lays a rank stream's documents into the rows of a worker's row ranges, buffer after buffer, straight into
-    the int64 arrays of the item being built (`batch` rows of L: token ids, `pad_id` where nothing lands, and
-    document ids, -1 there), and hands out each item once its rows are complete.  Per buffer and item a handful
-    of numpy passes over the item's slots; no per-document Python."""
+    the int64 arrays of the chunk being built (`rows` rows of L: token ids, `pad_id` where nothing lands, and
+    document ids, -1 there), and hands out each chunk once its rows are complete.  Per buffer and chunk a
+    handful of numpy passes over the chunk's slots; no per-document Python."""
 
-    def __init__(self, stream, spec: RowSpec, batch: int):
-        self.stream, self.spec, self.length, self.batch = stream, spec, spec.pack_length, batch
-        self._new_item()
+    def __init__(self, stream, spec: RowSpec, rows: int):
+        self.stream, self.spec, self.length, self.rows = stream, spec, spec.pack_length, rows
+        self._new_chunk()
 
-    def _new_item(self) -> None:
-        self.filled = 0  # rows of the item complete
-        self.tokens = np.full(self.batch * self.length, self.spec.pad_id, np.int64)
-        self.docs = np.full(self.batch * self.length, -1, np.int64)
+    def _new_chunk(self) -> None:
+        self.filled = 0  # rows of the chunk complete
+        self.tokens = np.full(self.rows * self.length, self.spec.pad_id, np.int64)
+        self.docs = np.full(self.rows * self.length, -1, np.int64)
 
     def start(self, lo: int, hi: int) -> None:
         """A row range begins: its slots [lo, hi)."""
         self.lo, self.hi = lo, hi
 
     def _window(self) -> int:
-        """The slot after the rows of the range that the item still has room for."""
-        return min(self.lo + (self.batch - self.filled) * self.length, self.hi)
+        """The slot after the rows of the range that the chunk still has room for."""
+        return min(self.lo + (self.rows - self.filled) * self.length, self.hi)
 
     def place(self, first: int, stop: int, pieces: list):
-        """Documents ``first:stop`` of the stream (a buffer's, their ids in `pieces`) laid down; yields each item
+        """Documents ``first:stop`` of the stream (a buffer's, their ids in `pieces`) laid down; yields each chunk
         made complete, as (tokens, document ids), each (rows, L)."""
         s = self.stream
         tokens, offsets = buffer_tokens(pieces, s.ids[first:stop])
@@ -259,7 +260,7 @@ class RowBuilder:
             yield from self._advance(end)
 
     def _fill(self, docs: slice, tokens: np.ndarray, offsets: np.ndarray, end: int) -> None:
-        """The slots [lo, end) where documents `docs` of the stream land, written into the item."""
+        """The slots [lo, end) where documents `docs` of the stream land, written into the chunk."""
         s, lo = self.stream, self.lo
         starts, lengths = s.starts[docs], s.lengths[docs]
         a, z = np.searchsorted(starts + lengths, lo, "right"), np.searchsorted(starts, end, "left")
@@ -280,34 +281,34 @@ class RowBuilder:
             self.tokens[at][self.docs[at] < 0] = self.spec.pad_id
 
     def _advance(self, end: int):
-        """The rows up to slot `end` complete: yields the item when it is full."""
+        """The rows up to slot `end` complete: yields the chunk when it is full."""
         self.filled += (end - self.lo) // self.length
         self.lo = end
-        if self.filled == self.batch:
+        if self.filled == self.rows:
             yield self._take()
 
     def _take(self) -> tuple:
         rows = self.filled
         out = self.tokens[:rows * self.length].reshape(rows, self.length), \
             self.docs[:rows * self.length].reshape(rows, self.length)
-        self._new_item()
+        self._new_chunk()
         return out
 
     def finish(self):
-        """The range's remaining rows complete (padding where no document lands): yields the items they fill."""
+        """The range's remaining rows complete (padding where no document lands): yields the chunks they fill."""
         while self.lo < self.hi:
             yield from self._advance(self._window())
 
     def flush(self):
-        """Yields the last item, shorter, when rows are left in it."""
+        """Yields the last chunk, shorter, when rows are left in it."""
         if self.filled:
             yield self._take()
 
 
-def row_blocks(reader, stream, ranges: list, spec: RowSpec, batch: int):
-    """A worker's items of `batch` rows (the last one may be shorter), (tokens, document ids) of (rows, L), in
+def row_blocks(reader, stream, ranges: list, spec: RowSpec, rows: int):
+    """A worker's rows in chunks of `rows` (the last one may be shorter), (tokens, document ids) of (rows, L), in
     order: the pieces read `prefetch` ahead by `reader` (a PieceReader), as `PieceTokens`."""
-    builder, pieces = RowBuilder(stream, spec, batch), []
+    builder, pieces = RowBuilder(stream, spec, rows), []
     steps = row_steps(stream, ranges, spec.pack_length)
     items = read_ahead(steps, TokenPieces(reader).read, ahead=reader.prefetch_pieces, threads=reader.read_threads)
     try:
@@ -326,25 +327,37 @@ def row_blocks(reader, stream, ranges: list, spec: RowSpec, batch: int):
         items.close()
 
 
-def row_item(tokens: np.ndarray, docs: np.ndarray, batched: bool) -> dict:
-    """The dict of one item from (n, L) token and document ids: positions restart at 0 where a row starts or
-    the document changes; `cu_seqlens` are those restarts over the n * L flattened tokens, and their end."""
+def chunk_rows(batch: int, length: int) -> int:
+    """Rows built at once: whole items of `batch` rows, about `CHUNK_SLOTS` slots (at least one item), so that
+    the numpy passes of `RowBuilder` and `chunk_items` run over arrays that stay in cache, a few per chunk."""
+    return batch * max(1, CHUNK_SLOTS // (batch * length))
+
+
+def chunk_items(tokens: np.ndarray, docs: np.ndarray, batch: int, batched: bool):
+    """The items of a chunk of (n, L) token and document ids, `batch` rows each (the last may be shorter), as
+    dicts of tensors viewing the chunk's: positions restart at 0 where a row starts or the document changes;
+    `cu_seqlens` are an item's restarts over its flattened tokens, and their end."""
     n, length = tokens.shape
     flat = docs.ravel()
     restart = np.empty(n * length, bool)
     np.not_equal(flat[1:], flat[:-1], out=restart[1:])
     restart[::length] = True
     bounds = np.append(np.flatnonzero(restart), n * length)
-    positions = np.arange(n * length) - np.repeat(bounds[:-1], np.diff(bounds))
-    item = {"input_ids": torch.from_numpy(tokens), "position_ids": torch.from_numpy(positions.reshape(n, length)),
-            "document_ids": torch.from_numpy(docs),
-            "cu_seqlens": torch.from_numpy(bounds.astype(np.int32)), "max_seqlen": int(np.diff(bounds).max())}
-    if not batched:
-        item.update((name, item[name][0]) for name in ("input_ids", "position_ids", "document_ids"))
-    return item
+    sizes = np.diff(bounds)
+    positions = np.arange(n * length) - np.repeat(bounds[:-1], sizes)
+    edges = np.arange(0, n, batch) * length  # each item's first slot: a restart, as it starts a row
+    firsts = np.append(np.searchsorted(bounds, edges), len(bounds) - 1)
+    longest = np.maximum.reduceat(sizes, firsts[:-1]).tolist()
+    columns = [torch.from_numpy(array.reshape(n, length)) for array in (tokens, positions, docs)]
+    for k, edge in enumerate(edges.tolist()):
+        row = k * batch
+        ids, pos, doc = (column[row:row + batch] if batched else column[row] for column in columns)
+        cu = torch.from_numpy((bounds[firsts[k]:firsts[k + 1] + 1] - edge).astype(np.int32))
+        yield {"input_ids": ids, "position_ids": pos, "document_ids": doc, "cu_seqlens": cu, "max_seqlen": longest[k]}
 
 
 def row_items(reader, stream, ranges: list, spec: RowSpec, batch_size: int | None):
     """A worker's items: rows one by one, or batches of `batch_size` rows (see the module)."""
-    for tokens, docs in row_blocks(reader, stream, ranges, spec, batch_size or 1):
-        yield row_item(tokens, docs, batch_size is not None)
+    batch = batch_size or 1
+    for tokens, docs in row_blocks(reader, stream, ranges, spec, chunk_rows(batch, spec.pack_length)):
+        yield from chunk_items(tokens, docs, batch, batch_size is not None)
