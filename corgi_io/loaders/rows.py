@@ -13,6 +13,7 @@ with `batch_size=B`, `cu_seqlens` (int32, the sequence boundaries over the item'
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -223,11 +224,20 @@ def buffer_tokens(pieces: list, ids: np.ndarray) -> tuple:
     return (tokens if len(tokens) else np.zeros(1, np.int64)), offsets[at]
 
 
+@functools.lru_cache(maxsize=8)
+def steps(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64), made once per size and read-only: the slot offsets the row passes add."""
+    out = np.arange(n, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
 class RowBuilder:
     """Lays a rank stream's documents into the rows of a worker's row ranges, buffer after buffer, straight into
     the int64 arrays of the chunk being built (`rows` rows of L: token ids, `pad_id` where nothing lands, and
-    document ids, -1 there), and hands out each chunk once its rows are complete.  Per buffer and chunk a
-    handful of numpy passes over the chunk's slots; no per-document Python."""
+    document ids, -1 there), and hands out each chunk once its rows are complete.  Documents come in slot order,
+    so each slot is written once: a document's, or padding up to the next one's (`_pad`).  Per buffer and chunk
+    a handful of numpy passes over the chunk's slots; no per-document Python."""
 
     def __init__(self, stream, spec: RowSpec, rows: int):
         self.stream, self.spec, self.length, self.rows = stream, spec, spec.pack_length, rows
@@ -235,12 +245,25 @@ class RowBuilder:
 
     def _new_chunk(self) -> None:
         self.filled = 0  # rows of the chunk complete
-        self.tokens = np.full(self.rows * self.length, self.spec.pad_id, np.int64)
-        self.docs = np.full(self.rows * self.length, -1, np.int64)
+        self.tokens, self.docs = np.empty(self.rows * self.length, np.int64), np.empty(self.rows * self.length, np.int64)
 
     def start(self, lo: int, hi: int) -> None:
         """A row range begins: its slots [lo, hi)."""
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi, self.done = lo, hi, lo  # `done`: the slots written, up to there
+
+    def _base(self) -> int:
+        """Where slot 0 of the stream would lie in the chunk (slot `lo` is the start of row `filled`)."""
+        return self.filled * self.length - self.lo
+
+    def _at(self, a: int, z: int) -> slice:
+        """Where slots [a, z) of the stream lie in the chunk."""
+        return slice(self._base() + a, self._base() + z)
+
+    def _pad(self, upto: int) -> None:
+        """The slots not written yet, up to `upto`: padding (`pad_id`, document -1)."""
+        if upto > self.done:
+            at = self._at(self.done, upto)
+            self.tokens[at], self.docs[at], self.done = self.spec.pad_id, -1, upto
 
     def _window(self) -> int:
         """The slot after the rows of the range that the chunk still has room for."""
@@ -260,7 +283,7 @@ class RowBuilder:
             yield from self._advance(end)
 
     def _fill(self, docs: slice, tokens: np.ndarray, offsets: np.ndarray, end: int) -> None:
-        """The slots [lo, end) where documents `docs` of the stream land, written into the chunk."""
+        """The slots [lo, end) where documents `docs` of the stream land (and the padding between them), written."""
         s, lo = self.stream, self.lo
         starts, lengths = s.starts[docs], s.lengths[docs]
         a, z = np.searchsorted(starts + lengths, lo, "right"), np.searchsorted(starts, end, "left")
@@ -270,18 +293,22 @@ class RowBuilder:
         stops = starts + lengths  # each document, then the padding up to the next one's start
         bounds = np.column_stack([starts, stops, np.append(starts[1:], stops[-1])]).clip(lo, end)
         first, last = int(bounds[0, 0]), int(bounds[-1, 2])
-        at = slice(self.filled * self.length + first - lo, self.filled * self.length + last - lo)
+        self._pad(first)
+        at = self._at(first, last)
         self.docs[at] = np.repeat(np.column_stack([ids, np.full(len(ids), -1)]).ravel(), np.diff(bounds).ravel())
-        sources = np.repeat(offsets - starts, bounds[:, 2] - bounds[:, 0]) + np.arange(first, last)
+        sources = np.repeat(offsets - starts + first, bounds[:, 2] - bounds[:, 0])
+        sources += steps(self.rows * self.length)[:last - first]
         self.tokens[at] = np.take(tokens, sources, mode="clip")  # the end tokens and padding are set next
         if self.spec.eos_id is not None:
             ends = stops[(stops > lo) & (stops <= end)] - 1
-            self.tokens[self.filled * self.length + ends - lo] = self.spec.eos_id
+            self.tokens[self._base() + ends] = self.spec.eos_id
         if (bounds[:, 2] > bounds[:, 1]).any():
             self.tokens[at][self.docs[at] < 0] = self.spec.pad_id
+        self.done = last
 
     def _advance(self, end: int):
-        """The rows up to slot `end` complete: yields the chunk when it is full."""
+        """The rows up to slot `end` complete (padding where nothing landed): yields the chunk when it is full."""
+        self._pad(end)
         self.filled += (end - self.lo) // self.length
         self.lo = end
         if self.filled == self.rows:
@@ -344,7 +371,8 @@ def chunk_items(tokens: np.ndarray, docs: np.ndarray, batch: int, batched: bool)
     restart[::length] = True
     bounds = np.append(np.flatnonzero(restart), n * length)
     sizes = np.diff(bounds)
-    positions = np.arange(n * length) - np.repeat(bounds[:-1], sizes)
+    positions = np.repeat(bounds[:-1], sizes)
+    np.subtract(steps(n * length), positions, out=positions)
     edges = np.arange(0, n, batch) * length  # each item's first slot: a restart, as it starts a row
     firsts = np.append(np.searchsorted(bounds, edges), len(bounds) - 1)
     longest = np.maximum.reduceat(sizes, firsts[:-1]).tolist()
