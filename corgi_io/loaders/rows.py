@@ -209,9 +209,10 @@ def row_steps(stream, ranges: list, length: int):
         yield Marker(("end",))
 
 
-def buffer_tokens(pieces: list, ids: np.ndarray) -> tuple:
-    """(tokens, offsets): the `PieceTokens` of a buffer as one array (the piece itself when there is one), and for
-    each sample of `ids` the index of its first token there.  O(tokens) for the join, O(n log pieces) the rest."""
+def buffer_tokens(pieces: list, ids: np.ndarray, tail: list) -> tuple:
+    """(tokens, offsets): the `PieceTokens` of a buffer as one array, `tail` (the end token, then the padding id)
+    after them, in the pieces' dtype when it holds those; and for each sample of `ids` the index of its first
+    token there.  O(tokens) for the join, O(n log pieces) the rest."""
     pieces = sorted(pieces, key=lambda piece: piece.first)
     firsts = np.array([piece.first for piece in pieces], np.int64)
     sizes = np.array([len(piece.tokens) for piece in pieces], np.int64)
@@ -220,8 +221,9 @@ def buffer_tokens(pieces: list, ids: np.ndarray) -> tuple:
     offsets = np.concatenate([piece.offsets + base for piece, base in zip(pieces, bases.tolist())])
     which = np.searchsorted(firsts, ids, "right") - 1
     at = np.concatenate(([0], np.cumsum(counts)[:-1]))[which] + ids - firsts[which]
-    tokens = pieces[0].tokens if len(pieces) == 1 else np.concatenate([piece.tokens for piece in pieces])
-    return (tokens if len(tokens) else np.zeros(1, np.int64)), offsets[at]
+    dtype = np.result_type(*(piece.tokens.dtype for piece in pieces), *map(np.min_scalar_type, tail))
+    tokens = np.concatenate([piece.tokens for piece in pieces] + [np.array(tail, dtype)], dtype=dtype)
+    return tokens, offsets[at]
 
 
 @functools.lru_cache(maxsize=8)
@@ -241,6 +243,7 @@ class RowBuilder:
 
     def __init__(self, stream, spec: RowSpec, rows: int):
         self.stream, self.spec, self.length, self.rows = stream, spec, spec.pack_length, rows
+        self.tail = [spec.pad_id if spec.eos_id is None else spec.eos_id, spec.pad_id]  # what `_fill` takes last
         self._new_chunk()
 
     def _new_chunk(self) -> None:
@@ -273,7 +276,7 @@ class RowBuilder:
         """Documents ``first:stop`` of the stream (a buffer's, their ids in `pieces`) laid down; yields each chunk
         made complete, as (tokens, document ids), each (rows, L)."""
         s = self.stream
-        tokens, offsets = buffer_tokens(pieces, s.ids[first:stop])
+        tokens, offsets = buffer_tokens(pieces, s.ids[first:stop], self.tail)
         upto = min(int(s.starts[stop]) if stop < len(s.ids) else s.end, self.hi)  # nothing lands before the next
         while self.lo < self.hi:
             end = self._window()
@@ -283,27 +286,27 @@ class RowBuilder:
             yield from self._advance(end)
 
     def _fill(self, docs: slice, tokens: np.ndarray, offsets: np.ndarray, end: int) -> None:
-        """The slots [lo, end) where documents `docs` of the stream land (and the padding between them), written."""
+        """The slots [lo, end) where documents `docs` of the stream land (and the padding between them), written:
+        one `take` from `tokens` (`buffer_tokens`: the end token and the padding id last) over three runs per
+        document, its ids, its end token and the padding after it (indices past the end clip to the padding)."""
         s, lo = self.stream, self.lo
         starts, lengths = s.starts[docs], s.lengths[docs]
         a, z = np.searchsorted(starts + lengths, lo, "right"), np.searchsorted(starts, end, "left")
         if a >= z:
             return
         starts, lengths, ids, offsets = starts[a:z], lengths[a:z], s.ids[docs][a:z], offsets[a:z]
-        stops = starts + lengths  # each document, then the padding up to the next one's start
-        bounds = np.column_stack([starts, stops, np.append(starts[1:], stops[-1])]).clip(lo, end)
-        first, last = int(bounds[0, 0]), int(bounds[-1, 2])
+        stops = starts + lengths  # each document's ids, its end token, then the padding up to the next one's start
+        eos = int(self.spec.eos_id is not None)
+        bounds = np.column_stack([starts, stops - eos, stops, np.append(starts[1:], stops[-1])]).clip(lo, end)
+        first, last = int(bounds[0, 0]), int(bounds[-1, 3])
+        runs = np.diff(bounds).ravel()
         self._pad(first)
         at = self._at(first, last)
-        self.docs[at] = np.repeat(np.column_stack([ids, np.full(len(ids), -1)]).ravel(), np.diff(bounds).ravel())
-        sources = np.repeat(offsets - starts + first, bounds[:, 2] - bounds[:, 0])
+        self.docs[at] = np.repeat(np.column_stack([ids, ids, np.full(len(ids), -1)]).ravel(), runs)
+        bases = np.column_stack([offsets - starts, len(tokens) - 2 - bounds[:, 1], len(tokens) - 1 - bounds[:, 2]])
+        sources = np.repeat(bases.ravel() + first, runs)
         sources += steps(self.rows * self.length)[:last - first]
-        self.tokens[at] = np.take(tokens, sources, mode="clip")  # the end tokens and padding are set next
-        if self.spec.eos_id is not None:
-            ends = stops[(stops > lo) & (stops <= end)] - 1
-            self.tokens[self._base() + ends] = self.spec.eos_id
-        if (bounds[:, 2] > bounds[:, 1]).any():
-            self.tokens[at][self.docs[at] < 0] = self.spec.pad_id
+        self.tokens[at] = np.take(tokens, sources, mode="clip")
         self.done = last
 
     def _advance(self, end: int):
