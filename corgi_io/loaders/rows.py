@@ -234,12 +234,34 @@ def steps(n: int) -> np.ndarray:
     return out
 
 
+class Chunk(NamedTuple):
+    """Rows built at once, each (rows, L): token ids, document ids (-1: padding), positions (restarting at each
+    sequence); and the sequences' `bounds` over the flattened slots (each one's first slot, then the end)."""
+
+    tokens: np.ndarray
+    docs: np.ndarray
+    positions: np.ndarray
+    bounds: np.ndarray
+
+
+def sequences(starts: np.ndarray, ids: np.ndarray, n: int, length: int) -> tuple:
+    """(bounds, ids) of the sequences over `n` slots in rows of `length`, from runs of document `ids` starting at
+    slots `starts` (in order, the first at 0; of runs starting at one slot the last holds it): a sequence starts
+    where a row starts or the document changes; `bounds` are their first slots, then `n`.  O(runs + rows)."""
+    candidates = np.union1d(starts[starts < n], steps(n)[::length])
+    ids = ids[np.searchsorted(starts, candidates, "right") - 1]
+    keep = np.ones(len(candidates), bool)
+    keep[1:] = (ids[1:] != ids[:-1]) | (candidates[1:] % length == 0)
+    return np.append(candidates[keep], n), ids[keep]
+
+
 class RowBuilder:
     """Lays a rank stream's documents into the rows of a worker's row ranges, buffer after buffer, straight into
-    the int64 arrays of the chunk being built (`rows` rows of L: token ids, `pad_id` where nothing lands, and
-    document ids, -1 there), and hands out each chunk once its rows are complete.  Documents come in slot order,
-    so each slot is written once: a document's, or padding up to the next one's (`_pad`).  Per buffer and chunk
-    a handful of numpy passes over the chunk's slots; no per-document Python."""
+    the int64 token ids of the chunk being built (`rows` rows of L, `pad_id` where nothing lands), noting where
+    each document's run and each run of padding starts, and hands out each chunk once its rows are complete
+    (`_take`: document ids and positions from those runs).  Documents come in slot order, so each slot is written
+    once: a document's, or padding up to the next one's (`_pad`).  Per buffer and chunk a handful of numpy
+    passes over the chunk's slots; no per-document Python."""
 
     def __init__(self, stream, spec: RowSpec, rows: int):
         self.stream, self.spec, self.length, self.rows = stream, spec, spec.pack_length, rows
@@ -248,7 +270,8 @@ class RowBuilder:
 
     def _new_chunk(self) -> None:
         self.filled = 0  # rows of the chunk complete
-        self.tokens, self.docs = np.empty(self.rows * self.length, np.int64), np.empty(self.rows * self.length, np.int64)
+        self.tokens = np.empty(self.rows * self.length, np.int64)
+        self.run_starts, self.run_ids = [np.zeros(1, np.int64)], [np.full(1, -1, np.int64)]  # runs, in slot order
 
     def start(self, lo: int, hi: int) -> None:
         """A row range begins: its slots [lo, hi)."""
@@ -265,8 +288,13 @@ class RowBuilder:
     def _pad(self, upto: int) -> None:
         """The slots not written yet, up to `upto`: padding (`pad_id`, document -1)."""
         if upto > self.done:
-            at = self._at(self.done, upto)
-            self.tokens[at], self.docs[at], self.done = self.spec.pad_id, -1, upto
+            self._runs(np.array([self.done]), np.array([-1]))
+            self.tokens[self._at(self.done, upto)], self.done = self.spec.pad_id, upto
+
+    def _runs(self, starts: np.ndarray, ids: np.ndarray) -> None:
+        """Runs of document `ids` (-1: padding) from stream slots `starts` on, each up to the next run."""
+        self.run_starts.append(starts + self._base())
+        self.run_ids.append(ids)
 
     def _window(self) -> int:
         """The slot after the rows of the range that the chunk still has room for."""
@@ -274,7 +302,7 @@ class RowBuilder:
 
     def place(self, first: int, stop: int, pieces: list):
         """Documents ``first:stop`` of the stream (a buffer's, their ids in `pieces`) laid down; yields each chunk
-        made complete, as (tokens, document ids), each (rows, L)."""
+        made complete (`_take`)."""
         s = self.stream
         tokens, offsets = buffer_tokens(pieces, s.ids[first:stop], self.tail)
         upto = min(int(s.starts[stop]) if stop < len(s.ids) else s.end, self.hi)  # nothing lands before the next
@@ -302,7 +330,7 @@ class RowBuilder:
         runs = np.diff(bounds).ravel()
         self._pad(first)
         at = self._at(first, last)
-        self.docs[at] = np.repeat(np.column_stack([ids, ids, np.full(len(ids), -1)]).ravel(), runs)
+        self._runs(bounds[:, [0, 2]].ravel(), np.column_stack([ids, np.full(len(ids), -1)]).ravel())
         bases = np.column_stack([offsets - starts, len(tokens) - 2 - bounds[:, 1], len(tokens) - 1 - bounds[:, 2]])
         sources = np.repeat(bases.ravel() + first, runs)
         sources += steps(self.rows * self.length)[:last - first]
@@ -317,12 +345,18 @@ class RowBuilder:
         if self.filled == self.rows:
             yield self._take()
 
-    def _take(self) -> tuple:
-        rows = self.filled
-        out = self.tokens[:rows * self.length].reshape(rows, self.length), \
-            self.docs[:rows * self.length].reshape(rows, self.length)
+    def _take(self) -> "Chunk":
+        """The chunk's complete rows, the next chunk begun."""
+        n = self.filled * self.length
+        bounds, ids = sequences(np.concatenate(self.run_starts), np.concatenate(self.run_ids), n, self.length)
+        sizes = np.diff(bounds)
+        positions = np.repeat(bounds[:-1], sizes)
+        np.subtract(steps(n), positions, out=positions)
+        shape = self.filled, self.length
+        chunk = Chunk(self.tokens[:n].reshape(shape), np.repeat(ids, sizes).reshape(shape), positions.reshape(shape),
+                      bounds)
         self._new_chunk()
-        return out
+        return chunk
 
     def finish(self):
         """The range's remaining rows complete (padding where no document lands): yields the chunks they fill."""
@@ -336,8 +370,8 @@ class RowBuilder:
 
 
 def row_blocks(reader, stream, ranges: list, spec: RowSpec, rows: int):
-    """A worker's rows in chunks of `rows` (the last one may be shorter), (tokens, document ids) of (rows, L), in
-    order: the pieces read `prefetch` ahead by `reader` (a PieceReader), as `PieceTokens`."""
+    """A worker's rows in `Chunk`s of `rows` (the last one may be shorter), in order: the pieces read `prefetch`
+    ahead by `reader` (a PieceReader), as `PieceTokens`."""
     builder, pieces = RowBuilder(stream, spec, rows), []
     steps = row_steps(stream, ranges, spec.pack_length)
     items = read_ahead(steps, TokenPieces(reader).read, ahead=reader.prefetch_pieces, threads=reader.read_threads)
@@ -363,32 +397,23 @@ def chunk_rows(batch: int, length: int) -> int:
     return batch * max(1, CHUNK_SLOTS // (batch * length))
 
 
-def chunk_items(tokens: np.ndarray, docs: np.ndarray, batch: int, batched: bool):
-    """The items of a chunk of (n, L) token and document ids, `batch` rows each (the last may be shorter), as
-    dicts of tensors viewing the chunk's: positions restart at 0 where a row starts or the document changes;
-    `cu_seqlens` are an item's restarts over its flattened tokens, and their end."""
-    n, length = tokens.shape
-    flat = docs.ravel()
-    restart = np.empty(n * length, bool)
-    np.not_equal(flat[1:], flat[:-1], out=restart[1:])
-    restart[::length] = True
-    bounds = np.append(np.flatnonzero(restart), n * length)
-    sizes = np.diff(bounds)
-    positions = np.repeat(bounds[:-1], sizes)
-    np.subtract(steps(n * length), positions, out=positions)
-    edges = np.arange(0, n, batch) * length  # each item's first slot: a restart, as it starts a row
-    firsts = np.append(np.searchsorted(bounds, edges), len(bounds) - 1)
-    longest = np.maximum.reduceat(sizes, firsts[:-1]).tolist()
-    columns = [torch.from_numpy(array.reshape(n, length)) for array in (tokens, positions, docs)]
+def chunk_items(chunk: Chunk, batch: int, batched: bool):
+    """The items of a `Chunk`, `batch` rows each (the last may be shorter), as dicts of tensors viewing the
+    chunk's; `cu_seqlens` are an item's sequence starts over its flattened tokens, and their end."""
+    n, length = chunk.tokens.shape
+    edges = np.arange(0, n, batch) * length  # each item's first slot: a sequence's, as it starts a row
+    firsts = np.append(np.searchsorted(chunk.bounds, edges), len(chunk.bounds) - 1)
+    longest = np.maximum.reduceat(np.diff(chunk.bounds), firsts[:-1]).tolist()
+    columns = [torch.from_numpy(array) for array in (chunk.tokens, chunk.positions, chunk.docs)]
     for k, edge in enumerate(edges.tolist()):
         row = k * batch
         ids, pos, doc = (column[row:row + batch] if batched else column[row] for column in columns)
-        cu = torch.from_numpy((bounds[firsts[k]:firsts[k + 1] + 1] - edge).astype(np.int32))
+        cu = torch.from_numpy((chunk.bounds[firsts[k]:firsts[k + 1] + 1] - edge).astype(np.int32))
         yield {"input_ids": ids, "position_ids": pos, "document_ids": doc, "cu_seqlens": cu, "max_seqlen": longest[k]}
 
 
 def row_items(reader, stream, ranges: list, spec: RowSpec, batch_size: int | None):
     """A worker's items: rows one by one, or batches of `batch_size` rows (see the module)."""
     batch = batch_size or 1
-    for tokens, docs in row_blocks(reader, stream, ranges, spec, chunk_rows(batch, spec.pack_length)):
-        yield from chunk_items(tokens, docs, batch, batch_size is not None)
+    for chunk in row_blocks(reader, stream, ranges, spec, chunk_rows(batch, spec.pack_length)):
+        yield from chunk_items(chunk, batch, batch_size is not None)
