@@ -1,10 +1,13 @@
 """Sequence packing in the loader: `CorgiPileDataset(pack_length=L)` yields rows of exactly L tokens.
 
 The plan is `corgi_io.schedule.rows` (pure); here a worker reads the pieces of the buffers that
-overlap its rows (one ranged read each, verified, `prefetch_blocks` ahead), takes each document's
-token ids straight out of the piece's bytes (the ``.npy`` header parsed once per piece, the ids
-viewed, not copied, until the row is built) and lays the documents into rows with numpy: one
-concatenation per buffer, no per-token Python.  Each item is a dict of tensors: `input_ids`,
+overlap its rows (one ranged read each, verified, `prefetch_blocks` ahead) and views each piece's
+bytes as token ids (the ``.npy`` headers checked with numpy against the first one's, parsed once
+per piece; `TokenPieces`).  A buffer's pieces are joined into one array (`buffer_tokens`), and the
+rows are built a chunk of about `CHUNK_SLOTS` slots at a time (`RowBuilder`): per buffer and chunk
+one `np.take` writes the chunk's int64 ids, end tokens and padding, and the runs of documents give
+its document ids, positions and sequence bounds; items are views of their chunk.  No per-document
+or per-token Python.  Each item is a dict of tensors: `input_ids`,
 `position_ids` (restarting at 0 at each piece of a document and each run of padding),
 `document_ids` (the document's sample index in the pack; -1 for padding), all (L,) int64 or (B, L)
 with `batch_size=B`, `cu_seqlens` (int32, the sequence boundaries over the item's flattened tokens,
@@ -345,7 +348,7 @@ class RowBuilder:
         if self.filled == self.rows:
             yield self._take()
 
-    def _take(self) -> "Chunk":
+    def _take(self) -> Chunk:
         """The chunk's complete rows, the next chunk begun."""
         n = self.filled * self.length
         bounds, ids = sequences(np.concatenate(self.run_starts), np.concatenate(self.run_ids), n, self.length)
