@@ -33,6 +33,7 @@ from corgi_io.loaders.progress import Progress
 
 NPY_V1 = np.frombuffer(b"\x93NUMPY\x01\x00", np.uint8)  # the magic and version 1.0 of a .npy file
 ROW_SHUFFLES = ("corgipile", "block", "none")
+TAIL_BYTES = 16  # after a buffer's pieces in its array: room for the end token and the padding id of any dtype
 CHUNK_SLOTS = 1 << 18  # slots (token ids) of the rows built at once: 2 MiB an int64 column
 
 
@@ -98,25 +99,40 @@ class RowProgress(Progress):
     resumer = staticmethod(RowPlanner.resumed_plan)
 
 
+class PieceStep(NamedTuple):
+    """A piece to read, and where: into `sink`, one array for the pieces of its buffer, from byte `base` on
+    (`buffer_steps`), or (no sink) into bytes of its own."""
+
+    piece: tuple
+    sink: np.ndarray | None = None
+    base: int = 0
+
+
 class PieceTokens(NamedTuple):
     """The token ids of one piece's documents: `tokens` (1-D, the ids' own dtype) and per document of the piece
-    (samples ``first..first + len(offsets)``) the index of its first id in `tokens`."""
+    (samples ``first..first + len(offsets)``) the index of its first id in `tokens`; `sink`: the `PieceStep`
+    when `tokens` views the piece's bytes in its buffer's array, else None."""
 
     first: int
     tokens: np.ndarray
     offsets: np.ndarray
+    sink: PieceStep | None = None
 
 
 class TokenPieces:
-    """`read(piece)`: one piece of a pack read (and verified) by a `PieceReader`, as its `PieceTokens`."""
+    """`read(step)`: one piece of a pack read (and verified) by a `PieceReader`, as its `PieceTokens`."""
 
     def __init__(self, reader):
         self.reader, self.manifest = reader, reader.manifest
 
-    def read(self, piece) -> PieceTokens:
+    def read(self, step: PieceStep) -> PieceTokens:
         """The piece's ids viewed in its bytes, not copied, when every document is a .npy array with the first
         one's header, aligned to its dtype (`npy_layout`); else the documents copied one by one (`_compact`)."""
-        data = self.reader.read_piece(piece)
+        piece, sink, base = step
+        if sink is None:
+            data = self.reader.read_piece(piece)
+        else:
+            data = self.reader.read_piece(piece, into=memoryview(sink)[base:base + self.reader.byte_range(piece)[2]])
         _, start, stop = piece
         s = self.manifest.samples
         begins = np.asarray(s.data_offset[start:stop] - s.offset[start], np.int64)
@@ -129,7 +145,7 @@ class TokenPieces:
             if fast.all() and not (firsts % dtype.itemsize).any():
                 self._check_counts(start, nbytes - skips, counts, dtype.itemsize)
                 return PieceTokens(start, np.frombuffer(data, dtype, len(data) // dtype.itemsize),
-                                   firsts // dtype.itemsize)
+                                   firsts // dtype.itemsize, None if sink is None else step)
         return self._compact(data, start, begins, nbytes, counts, layout)
 
     def _check_counts(self, start: int, payload: np.ndarray, counts: np.ndarray, itemsize: int) -> None:
@@ -149,7 +165,7 @@ class TokenPieces:
                 self._check_counts(start + i, np.array([n - skip]), np.array([count]), dtype.itemsize)
                 parts.append(np.frombuffer(data, dtype, count, begin + skip))
             else:
-                parts.append(self._slow(data[begin:begin + n], start + i, count))
+                parts.append(self._slow(bytes(data[begin:begin + n]), start + i, count))
         offsets = np.concatenate(([0], np.cumsum([len(part) for part in parts], dtype=np.int64)[:-1]))
         return PieceTokens(start, np.concatenate(parts) if parts else np.zeros(0, np.int64), offsets[:len(parts)])
 
@@ -184,7 +200,7 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
     first = int(begins[0]) if len(begins) else 0
     if not len(begins) or nbytes[0] < 10 or not np.array_equal(u8[first:first + 8], NPY_V1):
         return None
-    text = data[first + 10:first + 10 + int(u8[first + 8]) + 256 * int(u8[first + 9])]
+    text = bytes(data[first + 10:first + 10 + int(u8[first + 8]) + 256 * int(u8[first + 9])])
     try:
         header = ast.literal_eval(text.decode("latin1"))
         dtype, shape = np.dtype(header["descr"]), header["shape"]
@@ -201,32 +217,61 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
     return dtype, same & (skips <= nbytes), skips
 
 
-def row_steps(stream, ranges: list, length: int):
-    """A worker's read steps: per row range a marker, then per buffer overlapping it the pieces it needs and a
-    marker naming the buffer's documents (`RankStream.buffers`), then the range's end."""
+def row_steps(reader, stream, ranges: list, length: int):
+    """A worker's read steps: per row range a marker, then per buffer overlapping it the pieces it needs
+    (`buffer_steps`) and a marker naming the buffer's documents (`RankStream.buffers`), then the range's end."""
     for a, b in ranges:
         yield Marker(("range", a * length, b * length))
         for pieces, first, stop in stream.buffers(a * length, b * length):
-            yield from map(tuple, pieces.tolist())
+            yield from buffer_steps(reader, list(map(tuple, pieces.tolist())))
             yield Marker(("buffer", first, stop))
         yield Marker(("end",))
 
 
+def buffer_steps(reader, pieces: list) -> list:
+    """The `PieceStep`s of a buffer's pieces: read into one array, each from a multiple of 8 bytes on, `TAIL_BYTES`
+    after the last (`shared_tokens`), when `reader` reads into memory (local storage, no cache); else plain."""
+    if reader.cache is not None or not hasattr(reader.storage, "read_range_into"):
+        return [PieceStep(piece) for piece in pieces]
+    sizes = np.array([reader.byte_range(piece)[2] for piece in pieces], np.int64)
+    bases = np.concatenate(([0], np.cumsum(-(-sizes // 8) * 8)))
+    sink = np.empty(int(bases[-1]) + TAIL_BYTES, np.uint8)
+    return [PieceStep(piece, sink, base) for piece, base in zip(pieces, bases.tolist())]
+
+
 def buffer_tokens(pieces: list, ids: np.ndarray, tail: list) -> tuple:
     """(tokens, offsets): the `PieceTokens` of a buffer as one array, `tail` (the end token, then the padding id)
-    after them, in the pieces' dtype when it holds those; and for each sample of `ids` the index of its first
-    token there.  O(tokens) for the join, O(n log pieces) the rest."""
+    its last elements (`shared_tokens`, else `joined_tokens`); and for each sample of `ids` the index of its first
+    token there.  O(n log pieces) but for the join."""
     pieces = sorted(pieces, key=lambda piece: piece.first)
     firsts = np.array([piece.first for piece in pieces], np.int64)
-    sizes = np.array([len(piece.tokens) for piece in pieces], np.int64)
     counts = np.array([len(piece.offsets) for piece in pieces], np.int64)
-    bases = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    offsets = np.concatenate([piece.offsets + base for piece, base in zip(pieces, bases.tolist())])
+    tokens, bases = shared_tokens(pieces, tail) or joined_tokens(pieces, tail)
+    offsets = np.concatenate([piece.offsets + base for piece, base in zip(pieces, bases)])
     which = np.searchsorted(firsts, ids, "right") - 1
     at = np.concatenate(([0], np.cumsum(counts)[:-1]))[which] + ids - firsts[which]
+    return tokens, offsets[at]
+
+
+def shared_tokens(pieces: list, tail: list):
+    """(tokens, each piece's first index there) without a copy: the array the pieces were read into
+    (`buffer_steps`) viewed in their dtype, `tail` written in its last elements; None unless every piece views
+    that one array in one dtype that holds `tail`."""
+    sink, dtype = pieces[0].sink, pieces[0].tokens.dtype
+    if sink is None or np.result_type(dtype, *map(np.min_scalar_type, tail)) != dtype or \
+            any(p.sink is None or p.sink.sink is not sink.sink or p.tokens.dtype != dtype for p in pieces):
+        return None
+    tokens = sink.sink.view(dtype)
+    tokens[-len(tail):] = tail
+    return tokens, [piece.sink.base // dtype.itemsize for piece in pieces]
+
+
+def joined_tokens(pieces: list, tail: list) -> tuple:
+    """(tokens, each piece's first index there): the pieces' ids copied into one array, then `tail`, in their
+    dtype if it holds `tail`, else one that does.  O(tokens)."""
     dtype = np.result_type(*(piece.tokens.dtype for piece in pieces), *map(np.min_scalar_type, tail))
     tokens = np.concatenate([piece.tokens for piece in pieces] + [np.array(tail, dtype)], dtype=dtype)
-    return tokens, offsets[at]
+    return tokens, np.cumsum([0] + [len(piece.tokens) for piece in pieces[:-1]]).tolist()
 
 
 @functools.lru_cache(maxsize=8)
@@ -376,7 +421,7 @@ def row_blocks(reader, stream, ranges: list, spec: RowSpec, rows: int):
     """A worker's rows in `Chunk`s of `rows` (the last one may be shorter), in order: the pieces read `prefetch`
     ahead by `reader` (a PieceReader), as `PieceTokens`."""
     builder, pieces = RowBuilder(stream, spec, rows), []
-    steps = row_steps(stream, ranges, spec.pack_length)
+    steps = row_steps(reader, stream, ranges, spec.pack_length)
     items = read_ahead(steps, TokenPieces(reader).read, ahead=reader.prefetch_pieces, threads=reader.read_threads)
     try:
         for item in items:

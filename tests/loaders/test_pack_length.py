@@ -232,9 +232,9 @@ class FakeReader:
 
 @pytest.mark.parametrize("gap, viewed", [(0, True), (1, False), (3, False)])
 def test_piece_tokens_view_aligned_payloads_and_copy_the_others(gap, viewed):
-    from corgi_io.loaders.rows import TokenPieces
+    from corgi_io.loaders.rows import PieceStep, TokenPieces
     documents = [[5, 6, 7], [], [9] * 40, [1, 65535]]
-    piece = TokenPieces(FakeReader(documents, gap)).read((0, 0, len(documents)))
+    piece = TokenPieces(FakeReader(documents, gap)).read(PieceStep((0, 0, len(documents))))
     assert piece.first == 0 and isinstance(piece.tokens.base, bytes) == viewed
     for document, offset in zip(documents, piece.offsets.tolist()):
         assert piece.tokens[offset:offset + len(document)].tolist() == document
@@ -249,3 +249,28 @@ def test_buffer_tokens_joins_pieces_in_sample_order_with_the_end_and_padding_ids
     assert tokens[offsets].tolist() == [42, 30, 40, 32]
     small, _ = buffer_tokens([late, early], np.array([3]), [2, 1])
     assert small.dtype == np.uint16 and small.tolist() == [30, 31, 32, 0, 40, 41, 0, 42, 2, 1]
+
+
+def test_buffer_tokens_views_the_array_its_pieces_were_read_into_when_the_ids_fit():
+    from corgi_io.loaders.rows import PieceStep, PieceTokens, buffer_tokens
+    sink = np.zeros(8 + 8 + 16, np.uint8)
+    sink[:6].view(np.uint16)[:] = [1, 2, 3]
+    sink[8:12].view(np.uint16)[:] = [4, 5]
+    pieces = [PieceTokens(2, sink[8:12].view(np.uint16), np.array([1]), PieceStep((0, 2, 3), sink, 8)),
+              PieceTokens(0, sink[:6].view(np.uint16), np.array([0, 1]), PieceStep((0, 0, 2), sink, 0))]
+    tokens, offsets = buffer_tokens(pieces, np.array([2, 0, 1]), [7, 9])
+    assert np.shares_memory(tokens, sink) and tokens[-2:].tolist() == [7, 9] and tokens[offsets].tolist() == [5, 1, 2]
+    wide, offsets = buffer_tokens(pieces, np.array([2, 0, 1]), [7, 70000])  # the padding id needs a wider dtype
+    assert not np.shares_memory(wide, sink) and wide[-2:].tolist() == [7, 70000]
+    assert wide[offsets].tolist() == [5, 1, 2]
+
+
+def test_a_local_pack_is_read_into_one_array_per_buffer_not_joined(packed, documents, monkeypatch):
+    from corgi_io.loaders import rows
+
+    def joined(*args):
+        raise AssertionError("a local pack's pieces were copied into a second array")
+
+    monkeypatch.setattr(rows, "joined_tokens", joined)
+    ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, batch_size=2)
+    assert reassembled(rows_of(list(ds))) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
