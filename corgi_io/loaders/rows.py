@@ -110,13 +110,13 @@ class PieceStep(NamedTuple):
 
 class PieceTokens(NamedTuple):
     """The token ids of one piece's documents: `tokens` (1-D, the ids' own dtype) and per document of the piece
-    (samples ``first..first + len(offsets)``) the index of its first id in `tokens`; `sink`: the `PieceStep`
-    when `tokens` views the piece's bytes in its buffer's array, else None."""
+    (samples ``first..first + len(offsets)``) the index of its first id in `tokens`; `step`: the `PieceStep`
+    that read it when `tokens` views the piece's bytes in its buffer's array, else None."""
 
     first: int
     tokens: np.ndarray
     offsets: np.ndarray
-    sink: PieceStep | None = None
+    step: PieceStep | None = None
 
 
 class TokenPieces:
@@ -155,7 +155,7 @@ class TokenPieces:
             i = int(bad[0])
             self._corrupt(start + i, f"{payload[i] / itemsize:g} token ids, the manifest says {counts[i]}")
 
-    def _compact(self, data: bytes, start: int, begins, nbytes, counts, layout) -> PieceTokens:
+    def _compact(self, data, start: int, begins, nbytes, counts, layout) -> PieceTokens:
         """The piece's documents copied into one array, one by one: the fast ones viewed with the first header's
         dtype (checked), the others through `_slow`."""
         parts = []
@@ -257,13 +257,13 @@ def shared_tokens(pieces: list, tail: list):
     """(tokens, each piece's first index there) without a copy: the array the pieces were read into
     (`buffer_steps`) viewed in their dtype, `tail` written in its last elements; None unless every piece views
     that one array in one dtype that holds `tail`."""
-    sink, dtype = pieces[0].sink, pieces[0].tokens.dtype
-    if sink is None or np.result_type(dtype, *map(np.min_scalar_type, tail)) != dtype or \
-            any(p.sink is None or p.sink.sink is not sink.sink or p.tokens.dtype != dtype for p in pieces):
+    step, dtype = pieces[0].step, pieces[0].tokens.dtype
+    if step is None or np.result_type(dtype, *map(np.min_scalar_type, tail)) != dtype or \
+            any(p.step is None or p.step.sink is not step.sink or p.tokens.dtype != dtype for p in pieces):
         return None
-    tokens = sink.sink.view(dtype)
+    tokens = step.sink.view(dtype)
     tokens[-len(tail):] = tail
-    return tokens, [piece.sink.base // dtype.itemsize for piece in pieces]
+    return tokens, [piece.step.base // dtype.itemsize for piece in pieces]
 
 
 def joined_tokens(pieces: list, tail: list) -> tuple:
@@ -274,9 +274,10 @@ def joined_tokens(pieces: list, tail: list) -> tuple:
     return tokens, np.cumsum([0] + [len(piece.tokens) for piece in pieces[:-1]]).tolist()
 
 
-@functools.lru_cache(maxsize=8)
-def steps(n: int) -> np.ndarray:
-    """``np.arange(n)`` (int64), made once per size and read-only: the slot offsets the row passes add."""
+@functools.lru_cache(maxsize=4)
+def slot_range(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64), made once per size (a chunk's slots) and read-only: the slot offsets the row
+    passes add."""
     out = np.arange(n, dtype=np.int64)
     out.flags.writeable = False
     return out
@@ -296,7 +297,7 @@ def sequences(starts: np.ndarray, ids: np.ndarray, n: int, length: int) -> tuple
     """(bounds, ids) of the sequences over `n` slots in rows of `length`, from runs of document `ids` starting at
     slots `starts` (in order, the first at 0; of runs starting at one slot the last holds it): a sequence starts
     where a row starts or the document changes; `bounds` are their first slots, then `n`.  O(runs + rows)."""
-    candidates = np.union1d(starts[starts < n], steps(n)[::length])
+    candidates = np.union1d(starts[starts < n], np.arange(0, n, length))
     ids = ids[np.searchsorted(starts, candidates, "right") - 1]
     keep = np.ones(len(candidates), bool)
     keep[1:] = (ids[1:] != ids[:-1]) | (candidates[1:] % length == 0)
@@ -381,7 +382,7 @@ class RowBuilder:
         self._runs(bounds[:, [0, 2]].ravel(), np.column_stack([ids, np.full(len(ids), -1)]).ravel())
         bases = np.column_stack([offsets - starts, len(tokens) - 2 - bounds[:, 1], len(tokens) - 1 - bounds[:, 2]])
         sources = np.repeat(bases.ravel() + first, runs)
-        sources += steps(self.rows * self.length)[:last - first]
+        sources += slot_range(self.rows * self.length)[:last - first]
         self.tokens[at] = np.take(tokens, sources, mode="clip")
         self.done = last
 
@@ -399,7 +400,7 @@ class RowBuilder:
         bounds, ids = sequences(np.concatenate(self.run_starts), np.concatenate(self.run_ids), n, self.length)
         sizes = np.diff(bounds)
         positions = np.repeat(bounds[:-1], sizes)
-        np.subtract(steps(n), positions, out=positions)
+        np.subtract(slot_range(self.rows * self.length)[:n], positions, out=positions)
         shape = self.filled, self.length
         chunk = Chunk(self.tokens[:n].reshape(shape), np.repeat(ids, sizes).reshape(shape), positions.reshape(shape),
                       bounds)
