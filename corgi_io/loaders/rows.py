@@ -210,10 +210,10 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
         return None
     prefix = np.frombuffer(text[:text.index(b"'shape': (") + 10], np.uint8)
     room = nbytes >= 10 + len(prefix)
-    at = np.where(room, begins, first)[:, None]  # a payload too short to hold the prefix is not read past its end
-    same = room & np.all(u8[at + np.arange(8)] == NPY_V1, axis=1) & \
-        np.all(u8[at + 10 + np.arange(len(prefix))] == prefix, axis=1)
-    skips = 10 + u8[at[:, 0] + 8].astype(np.int64) + 256 * u8[at[:, 0] + 9].astype(np.int64)
+    at = np.where(room, begins, first)  # a payload too short to hold the prefix is not read past its end
+    heads = np.lib.stride_tricks.sliding_window_view(u8, 10 + len(prefix))[at]  # each payload's first bytes
+    same = room & np.all(heads[:, :8] == NPY_V1, axis=1) & np.all(heads[:, 10:] == prefix, axis=1)
+    skips = 10 + heads[:, 8].astype(np.int64) + 256 * heads[:, 9].astype(np.int64)
     return dtype, same & (skips <= nbytes), skips
 
 

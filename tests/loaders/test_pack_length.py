@@ -274,3 +274,20 @@ def test_a_local_pack_is_read_into_one_array_per_buffer_not_joined(packed, docum
     monkeypatch.setattr(rows, "joined_tokens", joined)
     ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, batch_size=2)
     assert reassembled(rows_of(list(ds))) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
+
+
+def test_npy_layout_flags_the_payloads_whose_header_differs_from_the_first():
+    import io
+    from corgi_io.loaders.rows import npy_layout
+
+    def npy(values, dtype):
+        out = io.BytesIO()
+        np.lib.format.write_array(out, np.asarray(values, dtype), allow_pickle=False)
+        return out.getvalue()
+
+    first = npy([1, 2, 3], np.uint16)
+    parts = [first, npy([4], np.int32), npy([5] * 10, np.uint16), b"\x93NUMPY", b"X" + first[1:], npy([6], np.uint16)]
+    begins = np.cumsum([0] + [len(part) for part in parts[:-1]])
+    dtype, same, skips = npy_layout(b"".join(parts), begins, np.array([len(part) for part in parts]))
+    assert dtype == np.uint16 and same.tolist() == [True, False, True, False, False, True]
+    assert skips[[0, 2, 5]].tolist() == [len(first) - 6, len(parts[2]) - 20, len(parts[5]) - 2]
