@@ -1,10 +1,13 @@
 """Sequence packing in the loader: `CorgiPileDataset(pack_length=L)` yields rows of exactly L tokens.
 
 The plan is `corgi_io.schedule.rows` (pure); here a worker reads the pieces of the buffers that
-overlap its rows (one ranged read each, verified, `prefetch_blocks` ahead), takes each document's
-token ids straight out of the piece's bytes (the ``.npy`` header parsed once per piece, the ids
-viewed, not copied, until the row is built) and lays the documents into rows with numpy: one
-concatenation per buffer, no per-token Python.  Each item is a dict of tensors: `input_ids`,
+overlap its rows (one ranged read each, verified, `prefetch_blocks` ahead) and views each piece's
+bytes as token ids (the ``.npy`` headers checked with numpy against the first one's, parsed once
+per piece; `TokenPieces`).  A buffer's pieces are joined into one array (`buffer_tokens`), and the
+rows are built a chunk of about `CHUNK_SLOTS` slots at a time (`RowBuilder`): per buffer and chunk
+one `np.take` writes the chunk's int64 ids, end tokens and padding, and the runs of documents give
+its document ids, positions and sequence bounds; items are views of their chunk.  No per-document
+or per-token Python.  Each item is a dict of tensors: `input_ids`,
 `position_ids` (restarting at 0 at each piece of a document and each run of padding),
 `document_ids` (the document's sample index in the pack; -1 for padding), all (L,) int64 or (B, L)
 with `batch_size=B`, `cu_seqlens` (int32, the sequence boundaries over the item's flattened tokens,
@@ -13,7 +16,9 @@ with `batch_size=B`, `cu_seqlens` (int32, the sequence boundaries over the item'
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -28,6 +33,8 @@ from corgi_io.loaders.progress import Progress
 
 NPY_V1 = np.frombuffer(b"\x93NUMPY\x01\x00", np.uint8)  # the magic and version 1.0 of a .npy file
 ROW_SHUFFLES = ("corgipile", "block", "none")
+TAIL_BYTES = 16  # after a buffer's pieces in its array: room for the end token and the padding id of any dtype
+CHUNK_SLOTS = 1 << 18  # slots (token ids) of the rows built at once: 2 MiB an int64 column
 
 
 @dataclass(frozen=True)
@@ -92,30 +99,75 @@ class RowProgress(Progress):
     resumer = staticmethod(RowPlanner.resumed_plan)
 
 
+class PieceStep(NamedTuple):
+    """A piece to read, and where: into `sink`, one array for the pieces of its buffer, from byte `base` on
+    (`buffer_steps`), or (no sink) into bytes of its own."""
+
+    piece: tuple
+    sink: np.ndarray | None = None
+    base: int = 0
+
+
+class PieceTokens(NamedTuple):
+    """The token ids of one piece's documents: `tokens` (1-D, the ids' own dtype) and per document of the piece
+    (samples ``first..first + len(offsets)``) the index of its first id in `tokens`; `step`: the `PieceStep`
+    that read it when `tokens` views the piece's bytes in its buffer's array, else None."""
+
+    first: int
+    tokens: np.ndarray
+    offsets: np.ndarray
+    step: PieceStep | None = None
+
+
 class TokenPieces:
-    """`read(piece)`: one piece of a pack read (and verified) by a `PieceReader`, as {sample id: its token ids}."""
+    """`read(step)`: one piece of a pack read (and verified) by a `PieceReader`, as its `PieceTokens`."""
 
     def __init__(self, reader):
         self.reader, self.manifest = reader, reader.manifest
 
-    def read(self, piece) -> dict:
-        data = self.reader.read_piece(piece)
+    def read(self, step: PieceStep) -> PieceTokens:
+        """The piece's ids viewed in its bytes, not copied, when every document is a .npy array with the first
+        one's header, aligned to its dtype (`npy_layout`); else the documents copied one by one (`_compact`)."""
+        piece, sink, base = step
+        if sink is None:
+            data = self.reader.read_piece(piece)
+        else:
+            data = self.reader.read_piece(piece, into=memoryview(sink)[base:base + self.reader.byte_range(piece)[2]])
         _, start, stop = piece
         s = self.manifest.samples
         begins = np.asarray(s.data_offset[start:stop] - s.offset[start], np.int64)
         nbytes = np.asarray(s.bytes[start:stop], np.int64)
         counts = np.asarray(s.size[start:stop], np.int64)
-        fast = npy_layout(data, begins, nbytes)
-        ids = {}
+        layout = npy_layout(data, begins, nbytes)
+        if layout is not None:
+            dtype, fast, skips = layout
+            firsts = begins + skips
+            if fast.all() and not (firsts % dtype.itemsize).any():
+                self._check_counts(start, nbytes - skips, counts, dtype.itemsize)
+                return PieceTokens(start, np.frombuffer(data, dtype, len(data) // dtype.itemsize),
+                                   firsts // dtype.itemsize, None if sink is None else step)
+        return self._compact(data, start, begins, nbytes, counts, layout)
+
+    def _check_counts(self, start: int, payload: np.ndarray, counts: np.ndarray, itemsize: int) -> None:
+        """CorruptDataError for the first document whose payload does not hold its manifest size of ids."""
+        bad = np.flatnonzero(payload != counts * itemsize)
+        if len(bad):
+            i = int(bad[0])
+            self._corrupt(start + i, f"{payload[i] / itemsize:g} token ids, the manifest says {counts[i]}")
+
+    def _compact(self, data, start: int, begins, nbytes, counts, layout) -> PieceTokens:
+        """The piece's documents copied into one array, one by one: the fast ones viewed with the first header's
+        dtype (checked), the others through `_slow`."""
+        parts = []
         for i, (begin, n, count) in enumerate(zip(begins.tolist(), nbytes.tolist(), counts.tolist())):
-            if fast is not None and fast[1][i]:
-                dtype, skip = fast[0], fast[2][i]
-                if n - skip != count * dtype.itemsize:
-                    self._corrupt(start + i, f"{(n - skip) / dtype.itemsize:g} token ids, the manifest says {count}")
-                ids[start + i] = np.frombuffer(data, dtype, count, begin + skip)
+            if layout is not None and layout[1][i]:
+                dtype, skip = layout[0], int(layout[2][i])
+                self._check_counts(start + i, np.array([n - skip]), np.array([count]), dtype.itemsize)
+                parts.append(np.frombuffer(data, dtype, count, begin + skip))
             else:
-                ids[start + i] = self._slow(data[begin:begin + n], start + i, count)
-        return ids
+                parts.append(self._slow(bytes(data[begin:begin + n]), start + i, count))
+        offsets = np.concatenate(([0], np.cumsum([len(part) for part in parts], dtype=np.int64)[:-1]))
+        return PieceTokens(start, np.concatenate(parts) if parts else np.zeros(0, np.int64), offsets[:len(parts)])
 
     def _slow(self, payload: bytes, index: int, count: int) -> np.ndarray:
         """One document through `token_ids` (np.load, no pickle): a header the fast path does not read."""
@@ -148,7 +200,7 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
     first = int(begins[0]) if len(begins) else 0
     if not len(begins) or nbytes[0] < 10 or not np.array_equal(u8[first:first + 8], NPY_V1):
         return None
-    text = data[first + 10:first + 10 + int(u8[first + 8]) + 256 * int(u8[first + 9])]
+    text = bytes(data[first + 10:first + 10 + int(u8[first + 8]) + 256 * int(u8[first + 9])])
     try:
         header = ast.literal_eval(text.decode("latin1"))
         dtype, shape = np.dtype(header["descr"]), header["shape"]
@@ -158,145 +210,259 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
         return None
     prefix = np.frombuffer(text[:text.index(b"'shape': (") + 10], np.uint8)
     room = nbytes >= 10 + len(prefix)
-    at = np.where(room, begins, first)[:, None]  # a payload too short to hold the prefix is not read past its end
-    same = room & np.all(u8[at + np.arange(8)] == NPY_V1, axis=1) & \
-        np.all(u8[at + 10 + np.arange(len(prefix))] == prefix, axis=1)
-    skips = 10 + u8[at[:, 0] + 8].astype(np.int64) + 256 * u8[at[:, 0] + 9].astype(np.int64)
-    return dtype, (same & (skips <= nbytes)).tolist(), skips.tolist()
+    at = np.where(room, begins, first)  # a payload too short to hold the prefix is not read past its end
+    heads = np.lib.stride_tricks.sliding_window_view(u8, 10 + len(prefix))[at]  # each payload's first bytes
+    same = room & np.all(heads[:, :8] == NPY_V1, axis=1) & np.all(heads[:, 10:] == prefix, axis=1)
+    skips = 10 + heads[:, 8].astype(np.int64) + 256 * heads[:, 9].astype(np.int64)
+    return dtype, same & (skips <= nbytes), skips
 
 
-def row_steps(stream, ranges: list, length: int):
-    """A worker's read steps: per row range a marker, then per buffer overlapping it the pieces it needs and a
-    marker naming the buffer's documents (`RankStream.buffers`), then the range's end."""
+def row_steps(reader, stream, ranges: list, length: int):
+    """A worker's read steps: per row range a marker, then per buffer overlapping it the pieces it needs
+    (`buffer_steps`) and a marker naming the buffer's documents (`RankStream.buffers`), then the range's end."""
     for a, b in ranges:
         yield Marker(("range", a * length, b * length))
         for pieces, first, stop in stream.buffers(a * length, b * length):
-            yield from map(tuple, pieces.tolist())
+            yield from buffer_steps(reader, list(map(tuple, pieces.tolist())))
             yield Marker(("buffer", first, stop))
         yield Marker(("end",))
 
 
-class RowBuilder:
-    """Lays a rank stream's documents into the slots [lo, hi) of one row range, buffer after buffer, and hands
-    out each row once nothing more can land in it.  Holds the rows not yet complete (a partial row, or the
-    rows a buffer's documents reach): slots as int64 token ids (`pad_id` where nothing lands) and document
-    ids (-1)."""
+def buffer_steps(reader, pieces: list) -> list:
+    """The `PieceStep`s of a buffer's pieces: read into one array, each from a multiple of 8 bytes on, `TAIL_BYTES`
+    after the last (`shared_tokens`), when `reader` reads into memory (local storage, no cache); else plain."""
+    if reader.cache is not None or not hasattr(reader.storage, "read_range_into"):
+        return [PieceStep(piece) for piece in pieces]
+    sizes = np.array([reader.byte_range(piece)[2] for piece in pieces], np.int64)
+    bases = np.concatenate(([0], np.cumsum(-(-sizes // 8) * 8)))
+    sink = np.empty(int(bases[-1]) + TAIL_BYTES, np.uint8)
+    return [PieceStep(piece, sink, base) for piece, base in zip(pieces, bases.tolist())]
 
-    def __init__(self, stream, spec: RowSpec):
-        self.stream, self.spec, self.length = stream, spec, spec.pack_length
-        self.eos = None if spec.eos_id is None else np.array([spec.eos_id], np.int64)
+
+def buffer_tokens(pieces: list, ids: np.ndarray, tail: list) -> tuple:
+    """(tokens, offsets): the `PieceTokens` of a buffer as one array, `tail` (the end token, then the padding id)
+    its last elements (`shared_tokens`, else `joined_tokens`); and for each sample of `ids` the index of its first
+    token there.  O(n log pieces) but for the join."""
+    pieces = sorted(pieces, key=lambda piece: piece.first)
+    firsts = np.array([piece.first for piece in pieces], np.int64)
+    counts = np.array([len(piece.offsets) for piece in pieces], np.int64)
+    tokens, bases = shared_tokens(pieces, tail) or joined_tokens(pieces, tail)
+    offsets = np.concatenate([piece.offsets + base for piece, base in zip(pieces, bases)])
+    which = np.searchsorted(firsts, ids, "right") - 1
+    at = np.concatenate(([0], np.cumsum(counts)[:-1]))[which] + ids - firsts[which]
+    return tokens, offsets[at]
+
+
+def shared_tokens(pieces: list, tail: list):
+    """(tokens, each piece's first index there) without a copy: the array the pieces were read into
+    (`buffer_steps`) viewed in their dtype, `tail` written in its last elements; None unless every piece views
+    that one array in one dtype that holds `tail`."""
+    step, dtype = pieces[0].step, pieces[0].tokens.dtype
+    if step is None or np.result_type(dtype, *map(np.min_scalar_type, tail)) != dtype or \
+            any(p.step is None or p.step.sink is not step.sink or p.tokens.dtype != dtype for p in pieces):
+        return None
+    tokens = step.sink.view(dtype)
+    tokens[-len(tail):] = tail
+    return tokens, [piece.step.base // dtype.itemsize for piece in pieces]
+
+
+def joined_tokens(pieces: list, tail: list) -> tuple:
+    """(tokens, each piece's first index there): the pieces' ids copied into one array, then `tail`, in their
+    dtype if it holds `tail`, else one that does.  O(tokens)."""
+    dtype = np.result_type(*(piece.tokens.dtype for piece in pieces), *map(np.min_scalar_type, tail))
+    tokens = np.concatenate([piece.tokens for piece in pieces] + [np.array(tail, dtype)], dtype=dtype)
+    return tokens, np.cumsum([0] + [len(piece.tokens) for piece in pieces[:-1]]).tolist()
+
+
+@functools.lru_cache(maxsize=4)
+def slot_range(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64), made once per size (a chunk's slots) and read-only: the slot offsets the row
+    passes add."""
+    out = np.arange(n, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
+class Chunk(NamedTuple):
+    """Rows built at once, each (rows, L): token ids, document ids (-1: padding), positions (restarting at each
+    sequence); and the sequences' `bounds` over the flattened slots (each one's first slot, then the end)."""
+
+    tokens: np.ndarray
+    docs: np.ndarray
+    positions: np.ndarray
+    bounds: np.ndarray
+
+
+def sequences(starts: np.ndarray, ids: np.ndarray, n: int, length: int) -> tuple:
+    """(bounds, ids) of the sequences over `n` slots in rows of `length`, from runs of document `ids` starting at
+    slots `starts` (in order, the first at 0; of runs starting at one slot the last holds it): a sequence starts
+    where a row starts or the document changes; `bounds` are their first slots, then `n`.  O(runs + rows)."""
+    candidates = np.union1d(starts[starts < n], np.arange(0, n, length))
+    ids = ids[np.searchsorted(starts, candidates, "right") - 1]
+    keep = np.ones(len(candidates), bool)
+    keep[1:] = (ids[1:] != ids[:-1]) | (candidates[1:] % length == 0)
+    return np.append(candidates[keep], n), ids[keep]
+
+
+class RowBuilder:
+    """Lays a rank stream's documents into the rows of a worker's row ranges, buffer after buffer, straight into
+    the int64 token ids of the chunk being built (`rows` rows of L, `pad_id` where nothing lands), noting where
+    each document's run and each run of padding starts, and hands out each chunk once its rows are complete
+    (`_take`: document ids and positions from those runs).  Documents come in slot order, so each slot is written
+    once: a document's, or padding up to the next one's (`_pad`).  Per buffer and chunk a handful of numpy
+    passes over the chunk's slots; no per-document Python."""
+
+    def __init__(self, stream, spec: RowSpec, rows: int):
+        self.stream, self.spec, self.length, self.rows = stream, spec, spec.pack_length, rows
+        self.tail = [spec.pad_id if spec.eos_id is None else spec.eos_id, spec.pad_id]  # what `_fill` takes last
+        self._new_chunk()
+
+    def _new_chunk(self) -> None:
+        self.filled = 0  # rows of the chunk complete
+        self.tokens = np.empty(self.rows * self.length, np.int64)
+        self.run_starts, self.run_ids = [np.zeros(1, np.int64)], [np.full(1, -1, np.int64)]  # runs, in slot order
 
     def start(self, lo: int, hi: int) -> None:
-        self.base, self.hi = lo, hi
-        self.tokens, self.docs = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        """A row range begins: its slots [lo, hi)."""
+        self.lo, self.hi, self.done = lo, hi, lo  # `done`: the slots written, up to there
 
-    def place(self, first: int, stop: int, held: dict) -> tuple:
-        """Documents ``first:stop`` of the stream (their ids in `held`, taken out) laid down; the complete rows
-        (tokens, document ids), each (n, L).  O(their tokens) with numpy, O(documents) in Python."""
+    def _base(self) -> int:
+        """Where slot 0 of the stream would lie in the chunk (slot `lo` is the start of row `filled`)."""
+        return self.filled * self.length - self.lo
+
+    def _at(self, a: int, z: int) -> slice:
+        """Where slots [a, z) of the stream lie in the chunk."""
+        return slice(self._base() + a, self._base() + z)
+
+    def _pad(self, upto: int) -> None:
+        """The slots not written yet, up to `upto`: padding (`pad_id`, document -1)."""
+        if upto > self.done:
+            self._runs(np.array([self.done]), np.array([-1]))
+            self.tokens[self._at(self.done, upto)], self.done = self.spec.pad_id, upto
+
+    def _runs(self, starts: np.ndarray, ids: np.ndarray) -> None:
+        """Runs of document `ids` (-1: padding) from stream slots `starts` on, each up to the next run."""
+        self.run_starts.append(starts + self._base())
+        self.run_ids.append(ids)
+
+    def _window(self) -> int:
+        """The slot after the rows of the range that the chunk still has room for."""
+        return min(self.lo + (self.rows - self.filled) * self.length, self.hi)
+
+    def place(self, first: int, stop: int, pieces: list):
+        """Documents ``first:stop`` of the stream (a buffer's, their ids in `pieces`) laid down; yields each chunk
+        made complete (`_take`)."""
         s = self.stream
-        ids, starts, lengths = s.ids[first:stop], s.starts[first:stop], s.lengths[first:stop]
-        gaps = np.append(starts[1:] - starts[:-1] - lengths[:-1], 0).tolist()  # padding between unsplit documents
-        parts = []
-        for doc, gap in zip(ids.tolist(), gaps):
-            parts.append(held.pop(doc))
-            if self.eos is not None:
-                parts.append(self.eos)
-            if gap:
-                parts.append(np.full(gap, self.spec.pad_id, np.int64))
-        lo, tokens = int(starts[0]), np.concatenate(parts)
-        docs = np.repeat(np.column_stack([ids, np.full(len(ids), -1)]).ravel(),
-                         np.column_stack([lengths, gaps]).ravel())
-        self._put(lo, tokens, docs)
-        upto = int(s.starts[stop]) if stop < len(s.ids) else s.end  # nothing lands before the next document
-        return self._take((min(upto, self.hi) - self.base) // self.length)
+        tokens, offsets = buffer_tokens(pieces, s.ids[first:stop], self.tail)
+        upto = min(int(s.starts[stop]) if stop < len(s.ids) else s.end, self.hi)  # nothing lands before the next
+        while self.lo < self.hi:
+            end = self._window()
+            self._fill(slice(first, stop), tokens, offsets, end)
+            if upto < end:
+                return
+            yield from self._advance(end)
 
-    def _put(self, lo: int, tokens: np.ndarray, docs: np.ndarray) -> None:
-        """Slots [lo, lo + len(tokens)) clipped to [base, hi), growing the held rows to reach them."""
-        a, z = max(lo, self.base), min(lo + len(tokens), self.hi)
+    def _fill(self, docs: slice, tokens: np.ndarray, offsets: np.ndarray, end: int) -> None:
+        """The slots [lo, end) where documents `docs` of the stream land (and the padding between them), written:
+        one `take` from `tokens` (`buffer_tokens`: the end token and the padding id last) over three runs per
+        document, its ids, its end token and the padding after it (indices past the end clip to the padding)."""
+        s, lo = self.stream, self.lo
+        starts, lengths = s.starts[docs], s.lengths[docs]
+        a, z = np.searchsorted(starts + lengths, lo, "right"), np.searchsorted(starts, end, "left")
         if a >= z:
             return
-        self._grow(z)
-        self.tokens[a - self.base:z - self.base] = tokens[a - lo:z - lo]
-        self.docs[a - self.base:z - self.base] = docs[a - lo:z - lo]
+        starts, lengths, ids, offsets = starts[a:z], lengths[a:z], s.ids[docs][a:z], offsets[a:z]
+        stops = starts + lengths  # each document's ids, its end token, then the padding up to the next one's start
+        eos = int(self.spec.eos_id is not None)
+        bounds = np.column_stack([starts, stops - eos, stops, np.append(starts[1:], stops[-1])]).clip(lo, end)
+        first, last = int(bounds[0, 0]), int(bounds[-1, 3])
+        runs = np.diff(bounds).ravel()
+        self._pad(first)
+        at = self._at(first, last)
+        self._runs(bounds[:, [0, 2]].ravel(), np.column_stack([ids, np.full(len(ids), -1)]).ravel())
+        bases = np.column_stack([offsets - starts, len(tokens) - 2 - bounds[:, 1], len(tokens) - 1 - bounds[:, 2]])
+        sources = np.repeat(bases.ravel() + first, runs)
+        sources += slot_range(self.rows * self.length)[:last - first]
+        self.tokens[at] = np.take(tokens, sources, mode="clip")
+        self.done = last
 
-    def _grow(self, slot: int) -> None:
-        """The held rows extended (with padding) to the row that holds slot `slot - 1`."""
-        need = -(-(slot - self.base) // self.length) * self.length
-        if need > len(self.tokens):
-            self.tokens = np.concatenate([self.tokens, np.full(need - len(self.tokens), self.spec.pad_id, np.int64)])
-            self.docs = np.concatenate([self.docs, np.full(need - len(self.docs), -1, np.int64)])
+    def _advance(self, end: int):
+        """The rows up to slot `end` complete (padding where nothing landed): yields the chunk when it is full."""
+        self._pad(end)
+        self.filled += (end - self.lo) // self.length
+        self.lo = end
+        if self.filled == self.rows:
+            yield self._take()
 
-    def finish(self) -> tuple:
-        """The range's remaining rows, up to its end (padding where no document lands)."""
-        self._grow(self.hi)
-        return self._take((self.hi - self.base) // self.length)
+    def _take(self) -> Chunk:
+        """The chunk's complete rows, the next chunk begun."""
+        n = self.filled * self.length
+        bounds, ids = sequences(np.concatenate(self.run_starts), np.concatenate(self.run_ids), n, self.length)
+        sizes = np.diff(bounds)
+        positions = np.repeat(bounds[:-1], sizes)
+        np.subtract(slot_range(self.rows * self.length)[:n], positions, out=positions)
+        shape = self.filled, self.length
+        chunk = Chunk(self.tokens[:n].reshape(shape), np.repeat(ids, sizes).reshape(shape), positions.reshape(shape),
+                      bounds)
+        self._new_chunk()
+        return chunk
 
-    def _take(self, rows: int) -> tuple:
-        cut = rows * self.length
-        out = self.tokens[:cut].reshape(rows, self.length), self.docs[:cut].reshape(rows, self.length)
-        self.tokens, self.docs, self.base = self.tokens[cut:], self.docs[cut:], self.base + cut
-        return out
+    def finish(self):
+        """The range's remaining rows complete (padding where no document lands): yields the chunks they fill."""
+        while self.lo < self.hi:
+            yield from self._advance(self._window())
+
+    def flush(self):
+        """Yields the last chunk, shorter, when rows are left in it."""
+        if self.filled:
+            yield self._take()
 
 
-def row_blocks(reader, stream, ranges: list, spec: RowSpec):
-    """A worker's complete rows, (tokens, document ids) blocks of (n, L), in order: the pieces read `prefetch`
-    ahead by `reader` (a PieceReader), each document's ids taken out of its piece (`TokenPieces`)."""
-    builder, held = RowBuilder(stream, spec), {}
-    steps = row_steps(stream, ranges, spec.pack_length)
+def row_blocks(reader, stream, ranges: list, spec: RowSpec, rows: int):
+    """A worker's rows in `Chunk`s of `rows` (the last one may be shorter), in order: the pieces read `prefetch`
+    ahead by `reader` (a PieceReader), as `PieceTokens`."""
+    builder, pieces = RowBuilder(stream, spec, rows), []
+    steps = row_steps(reader, stream, ranges, spec.pack_length)
     items = read_ahead(steps, TokenPieces(reader).read, ahead=reader.prefetch_pieces, threads=reader.read_threads)
     try:
         for item in items:
             if not isinstance(item, Marker):
-                held.update(item)
+                pieces.append(item)
             elif item.value[0] == "range":
                 builder.start(*item.value[1:])
             elif item.value[0] == "buffer":
-                yield builder.place(*item.value[1:], held)
+                yield from builder.place(*item.value[1:], pieces)
+                pieces = []
             else:
-                yield builder.finish()
-                held.clear()
+                yield from builder.finish()
+        yield from builder.flush()
     finally:
         items.close()
 
 
-def batches_of(blocks, batch: int):
-    """Blocks of rows regrouped into (batch, L) blocks, the last one shorter when the rows run out."""
-    tokens, docs, count = [], [], 0
-    for block_tokens, block_docs in blocks:
-        tokens.append(block_tokens)
-        docs.append(block_docs)
-        count += len(block_tokens)
-        if count >= batch:
-            all_tokens, all_docs = np.concatenate(tokens), np.concatenate(docs)
-            whole = count - count % batch
-            for i in range(0, whole, batch):
-                yield all_tokens[i:i + batch], all_docs[i:i + batch]
-            tokens, docs, count = [all_tokens[whole:]], [all_docs[whole:]], count - whole
-    if count:
-        yield np.concatenate(tokens), np.concatenate(docs)
+def chunk_rows(batch: int, length: int) -> int:
+    """Rows built at once: whole items of `batch` rows, about `CHUNK_SLOTS` slots (at least one item), so that
+    the numpy passes of `RowBuilder` and `chunk_items` run over arrays that stay in cache, a few per chunk."""
+    return batch * max(1, CHUNK_SLOTS // (batch * length))
 
 
-def row_item(tokens: np.ndarray, docs: np.ndarray, batched: bool) -> dict:
-    """The dict of one item from (n, L) token and document ids: positions restart at 0 where a row starts or
-    the document changes; `cu_seqlens` are those restarts over the n * L flattened tokens, and their end."""
-    n, length = tokens.shape
-    flat = docs.ravel()
-    restart = np.zeros(n * length, bool)
-    restart[::length] = True
-    restart[1:] |= flat[1:] != flat[:-1]
-    bounds = np.append(np.flatnonzero(restart), n * length)
-    positions = np.arange(n * length) - np.repeat(bounds[:-1], np.diff(bounds))
-    item = {"input_ids": torch.from_numpy(np.ascontiguousarray(tokens)),
-            "position_ids": torch.from_numpy(positions.reshape(n, length)),
-            "document_ids": torch.from_numpy(np.ascontiguousarray(docs)),
-            "cu_seqlens": torch.from_numpy(bounds.astype(np.int32)), "max_seqlen": int(np.diff(bounds).max())}
-    if not batched:
-        item.update((name, item[name][0]) for name in ("input_ids", "position_ids", "document_ids"))
-    return item
+def chunk_items(chunk: Chunk, batch: int, batched: bool):
+    """The items of a `Chunk`, `batch` rows each (the last may be shorter), as dicts of tensors viewing the
+    chunk's; `cu_seqlens` are an item's sequence starts over its flattened tokens, and their end."""
+    n, length = chunk.tokens.shape
+    edges = np.arange(0, n, batch) * length  # each item's first slot: a sequence's, as it starts a row
+    firsts = np.append(np.searchsorted(chunk.bounds, edges), len(chunk.bounds) - 1)
+    longest = np.maximum.reduceat(np.diff(chunk.bounds), firsts[:-1]).tolist()
+    columns = [torch.from_numpy(array) for array in (chunk.tokens, chunk.positions, chunk.docs)]
+    for k, edge in enumerate(edges.tolist()):
+        row = k * batch
+        ids, pos, doc = (column[row:row + batch] if batched else column[row] for column in columns)
+        cu = torch.from_numpy((chunk.bounds[firsts[k]:firsts[k + 1] + 1] - edge).astype(np.int32))
+        yield {"input_ids": ids, "position_ids": pos, "document_ids": doc, "cu_seqlens": cu, "max_seqlen": longest[k]}
 
 
 def row_items(reader, stream, ranges: list, spec: RowSpec, batch_size: int | None):
     """A worker's items: rows one by one, or batches of `batch_size` rows (see the module)."""
-    blocks = row_blocks(reader, stream, ranges, spec)
-    for tokens, docs in batches_of(blocks, batch_size or 1):
-        yield row_item(tokens, docs, batch_size is not None)
+    batch = batch_size or 1
+    for chunk in row_blocks(reader, stream, ranges, spec, chunk_rows(batch, spec.pack_length)):
+        yield from chunk_items(chunk, batch, batch_size is not None)

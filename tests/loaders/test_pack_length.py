@@ -191,3 +191,103 @@ def test_a_size_that_is_not_the_token_count_is_corrupt_data(packed, monkeypatch)
     with pytest.raises(CorruptDataError, match="manifest says") as caught:
         list(ds)
     assert caught.value.key == ds.manifest.keys(10, 11)[0] and caught.value.shard.endswith(".tar")
+
+
+@pytest.mark.parametrize("split, batch", [(True, 3), (False, 2), (False, None)])
+def test_items_do_not_depend_on_the_rows_built_at_once(packed, monkeypatch, split, batch):
+    """Chunks of one item, of a few items and of the whole epoch give the same items (cu_seqlens, max_seqlen too)."""
+    from corgi_io.loaders import rows
+
+    def items(slots):
+        monkeypatch.setattr(rows, "CHUNK_SLOTS", slots)
+        ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, split_documents=split, pad_id=3, batch_size=batch)
+        return [{k: v.tolist() if torch.is_tensor(v) else v for k, v in item.items()} for item in ds]
+
+    one = items(1)
+    assert items(5 * L) == one and items(1 << 30) == one
+    assert len(one) == len(CorgiPileDataset(packed, pack_length=L, eos_id=EOS, split_documents=split, batch_size=batch))
+
+
+class FakeReader:
+    """A PieceReader's face for `TokenPieces`: one piece of .npy payloads, each `gap` bytes after the last."""
+
+    def __init__(self, documents: list, gap: int, dtype=np.uint16):
+        import io
+        from types import SimpleNamespace
+        data, begins = b"", []
+        for document in documents:
+            payload = io.BytesIO()
+            np.lib.format.write_array(payload, np.asarray(document, dtype), allow_pickle=False)
+            begins.append(len(data) + gap)
+            data += b"\x00" * gap + payload.getvalue()
+        self.data = data
+        nbytes = np.diff(begins + [len(data)]) - np.append(np.full(len(documents) - 1, gap), 0)
+        samples = SimpleNamespace(data_offset=np.array(begins), offset=np.zeros(len(documents), np.int64),
+                                  bytes=nbytes, size=np.array([len(d) for d in documents]))
+        self.manifest = SimpleNamespace(samples=samples)
+
+    def read_piece(self, piece):
+        return self.data
+
+
+@pytest.mark.parametrize("gap, viewed", [(0, True), (1, False), (3, False)])
+def test_piece_tokens_view_aligned_payloads_and_copy_the_others(gap, viewed):
+    from corgi_io.loaders.rows import PieceStep, TokenPieces
+    documents = [[5, 6, 7], [], [9] * 40, [1, 65535]]
+    piece = TokenPieces(FakeReader(documents, gap)).read(PieceStep((0, 0, len(documents))))
+    assert piece.first == 0 and isinstance(piece.tokens.base, bytes) == viewed
+    for document, offset in zip(documents, piece.offsets.tolist()):
+        assert piece.tokens[offset:offset + len(document)].tolist() == document
+
+
+def test_buffer_tokens_joins_pieces_in_sample_order_with_the_end_and_padding_ids_last():
+    from corgi_io.loaders.rows import PieceTokens, buffer_tokens
+    late = PieceTokens(10, np.array([0, 40, 41, 0, 42], np.uint16), np.array([1, 4]))  # samples 10 and 11
+    early = PieceTokens(3, np.array([30, 31, 32], np.uint16), np.array([0, 2]))  # samples 3 and 4
+    tokens, offsets = buffer_tokens([late, early], np.array([11, 3, 10, 4]), [2, 70000])
+    assert tokens.dtype == np.uint32 and tokens[-2:].tolist() == [2, 70000]  # the padding id does not fit uint16
+    assert tokens[offsets].tolist() == [42, 30, 40, 32]
+    small, _ = buffer_tokens([late, early], np.array([3]), [2, 1])
+    assert small.dtype == np.uint16 and small.tolist() == [30, 31, 32, 0, 40, 41, 0, 42, 2, 1]
+
+
+def test_buffer_tokens_views_the_array_its_pieces_were_read_into_when_the_ids_fit():
+    from corgi_io.loaders.rows import PieceStep, PieceTokens, buffer_tokens
+    sink = np.zeros(8 + 8 + 16, np.uint8)
+    sink[:6].view(np.uint16)[:] = [1, 2, 3]
+    sink[8:12].view(np.uint16)[:] = [4, 5]
+    pieces = [PieceTokens(2, sink[8:12].view(np.uint16), np.array([1]), PieceStep((0, 2, 3), sink, 8)),
+              PieceTokens(0, sink[:6].view(np.uint16), np.array([0, 1]), PieceStep((0, 0, 2), sink, 0))]
+    tokens, offsets = buffer_tokens(pieces, np.array([2, 0, 1]), [7, 9])
+    assert np.shares_memory(tokens, sink) and tokens[-2:].tolist() == [7, 9] and tokens[offsets].tolist() == [5, 1, 2]
+    wide, offsets = buffer_tokens(pieces, np.array([2, 0, 1]), [7, 70000])  # the padding id needs a wider dtype
+    assert not np.shares_memory(wide, sink) and wide[-2:].tolist() == [7, 70000]
+    assert wide[offsets].tolist() == [5, 1, 2]
+
+
+def test_a_local_pack_is_read_into_one_array_per_buffer_not_joined(packed, documents, monkeypatch):
+    from corgi_io.loaders import rows
+
+    def joined(*args):
+        raise AssertionError("a local pack's pieces were copied into a second array")
+
+    monkeypatch.setattr(rows, "joined_tokens", joined)
+    ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, batch_size=2)
+    assert reassembled(rows_of(list(ds))) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
+
+
+def test_npy_layout_flags_the_payloads_whose_header_differs_from_the_first():
+    import io
+    from corgi_io.loaders.rows import npy_layout
+
+    def npy(values, dtype):
+        out = io.BytesIO()
+        np.lib.format.write_array(out, np.asarray(values, dtype), allow_pickle=False)
+        return out.getvalue()
+
+    first = npy([1, 2, 3], np.uint16)
+    parts = [first, npy([4], np.int32), npy([5] * 10, np.uint16), b"\x93NUMPY", b"X" + first[1:], npy([6], np.uint16)]
+    begins = np.cumsum([0] + [len(part) for part in parts[:-1]])
+    dtype, same, skips = npy_layout(b"".join(parts), begins, np.array([len(part) for part in parts]))
+    assert dtype == np.uint16 and same.tolist() == [True, False, True, False, False, True]
+    assert skips[[0, 2, 5]].tolist() == [len(first) - 6, len(parts[2]) - 20, len(parts[5]) - 2]
