@@ -39,7 +39,7 @@ class ImageDecoder:
     """decode= for images: a uint8 (H, W, 3) tensor of the crop (`crop`: "random_resized", "center" or "none")
     resized to `size` (an int for a square, or (height, width)), flipped left to right with probability 1/2 if
     `flip`.  `scale` and `ratio` are RandomResizedCrop's area share and aspect ratio ranges; `jpeg_decoder` names
-    an entry of `corgi_io.images.fused.JPEG_DECODERS` (None: simplejpeg where installed, else Pillow);
+    an entry of `corgi_io.images.fused.JPEG_DECODERS` (None: simplejpeg where installed, else OpenCV);
     `max_pixels` refuses larger images before any pixel is decoded.  The dataset calls `for_epoch(seed, epoch)`."""
 
     name: ClassVar[str] = "ImageDecoder"

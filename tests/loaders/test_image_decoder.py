@@ -2,6 +2,8 @@
 image is the fused decode of its own bytes with the crop of (seed, epoch, index), and crops survive resume."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -164,3 +166,10 @@ def test_the_decoder_survives_a_round_trip_through_its_fields():
     d = ImageDecoder(size=64, crop="center")
     assert d.size == (64, 64) and d.shape == (64, 64, 3) and d.for_epoch(1, 2).epoch == 2
     assert np.asarray(d.for_epoch(1, 2).size).tolist() == [64, 64]
+
+
+def test_the_default_jpeg_decoder_is_simplejpeg_where_installed_else_opencv(monkeypatch):
+    pytest.importorskip("simplejpeg", reason="pip install 'corgi-io[images]'")
+    assert ImageDecoder().jpeg_decoder == "simplejpeg"
+    monkeypatch.setitem(sys.modules, "simplejpeg", None)  # as if it were not installed: its import fails
+    assert ImageDecoder().jpeg_decoder == "opencv"
