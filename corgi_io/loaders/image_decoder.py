@@ -11,8 +11,8 @@ index), so they are reproducible, change every epoch, and survive resume and ela
 With ``batch_size=B`` the dataset gives each batch one preallocated (B, H, W, 3) tensor (`BatchSlots`):
 every sample is resized into its own row of it, and the default collate takes the rows as the batch
 without stacking them (`corgi_io.loaders.collate`).  In a DataLoader worker that tensor is made in shared
-memory, so it crosses to the trainer without another copy, and OpenCV runs on one thread there (the workers
-are the parallelism, as torch's own thread count is one in a DataLoader worker).
+memory, so it crosses to the trainer without another copy.  OpenCV's thread count is left alone: in a worker
+forked after the parent used OpenCV's thread pool, `cv2.setNumThreads` hangs (its resize does not).
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import dataclasses
 import math
 from typing import ClassVar
 
-import cv2
 import numpy as np
 import torch
 
@@ -106,8 +105,6 @@ class BatchSlots:
     def __init__(self, decoder: ImageDecoder, rows: int):
         self.decoder, self.rows, self.next, self.slab = decoder, rows, rows, None
         self.kind, self.name = decoder.kind, decoder.name  # the dataset's kind check sees the decoder's
-        if torch.utils.data.get_worker_info() is not None:
-            cv2.setNumThreads(1)  # one of several worker processes, as torch's own threads are in a DataLoader worker
 
     def __call__(self, data: bytes, sample: dict) -> torch.Tensor:
         if self.next == self.rows:

@@ -122,6 +122,16 @@ def test_broken_images_are_skipped_and_their_batches_keep_the_others(with_bad):
             assert torch.equal(image, expected(raw[key][1], {"index": raw[key][0]}))
 
 
+@pytest.mark.slow
+def test_workers_forked_after_the_parent_used_opencv_threads_do_not_hang(images):
+    import cv2
+
+    cv2.resize(np.zeros((3000, 3000, 3), np.uint8), (1000, 1000))  # OpenCV's thread pool, busy before the fork
+    ds = CorgiPileDataset(images, batch_size=8, decode=decoder())
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60)
+    assert sum(len(b["key"]) for b in loader) == N
+
+
 def test_a_broken_image_raises_a_decode_error_naming_it(with_bad):
     words = {"cat/broken": "cannot decode (OSError: image file is truncated",
              "cat/bomb": "image is 30000x30000 = 900,000,000 pixels, above max_pixels=89,478,485"}
