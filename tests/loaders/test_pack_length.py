@@ -15,6 +15,7 @@ from corgi_io.loaders import CorgiPileDataset
 from helpers.packs import token_pack
 
 pytest.importorskip("tokenizers")
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on a 2-core machine
 L, EOS = 32, 0
 
 
