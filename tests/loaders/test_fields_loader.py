@@ -104,3 +104,18 @@ def test_single_field_packs_keep_their_sample_dict(root, tmp_path):
     samples = list(CorgiPileDataset(tmp_path / "pack", seed=0, shuffle="none"))
     assert samples and all(set(sample) == SINGLE_FIELD_KEYS for sample in samples)
     assert set(collate_samples(samples[:2])) == SINGLE_FIELD_KEYS
+
+
+def test_an_image_decoder_field_fills_its_batch_beside_decoded_captions(captioned, monkeypatch):
+    from corgi_io.loaders import ImageDecoder
+
+    root, expected = captioned
+    decode = {"jpg": ImageDecoder(size=(6, 8)), "txt": "text"}
+    monkeypatch.setattr(torch, "stack", None)  # the images go into their rows: nothing may stack them
+    batches = list(CorgiPileDataset(root, batch_size=3, decode=decode, seed=2))
+    assert [b["data"].shape for b in batches] == [(3, 6, 8, 3)] * 2 and all(b["jpg"] is b["data"] for b in batches)
+    single = ImageDecoder(size=(6, 8)).for_epoch(2, 0)
+    for batch in batches:
+        for i, key in enumerate(batch["key"]):
+            assert batch["txt"][i] == expected[key]["txt"].decode("utf-8")
+            assert torch.equal(batch["data"][i], single(expected[key]["jpg"], {"index": batch["index"][i].item()}))
