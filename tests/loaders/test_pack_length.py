@@ -233,7 +233,7 @@ class FakeReader:
 
 @pytest.mark.parametrize("gap, viewed", [(0, True), (1, False), (3, False)])
 def test_piece_tokens_view_aligned_payloads_and_copy_the_others(gap, viewed):
-    from corgi_io.loaders.rows import PieceStep, TokenPieces
+    from corgi_io.loaders.token_pieces import PieceStep, TokenPieces
     documents = [[5, 6, 7], [], [9] * 40, [1, 65535]]
     piece = TokenPieces(FakeReader(documents, gap)).read(PieceStep((0, 0, len(documents))))
     assert piece.first == 0 and isinstance(piece.tokens.base, bytes) == viewed
@@ -242,7 +242,7 @@ def test_piece_tokens_view_aligned_payloads_and_copy_the_others(gap, viewed):
 
 
 def test_buffer_tokens_joins_pieces_in_sample_order_with_the_end_and_padding_ids_last():
-    from corgi_io.loaders.rows import PieceTokens, buffer_tokens
+    from corgi_io.loaders.token_pieces import PieceTokens, buffer_tokens
     late = PieceTokens(10, np.array([0, 40, 41, 0, 42], np.uint16), np.array([1, 4]))  # samples 10 and 11
     early = PieceTokens(3, np.array([30, 31, 32], np.uint16), np.array([0, 2]))  # samples 3 and 4
     tokens, offsets = buffer_tokens([late, early], np.array([11, 3, 10, 4]), [2, 70000])
@@ -253,7 +253,7 @@ def test_buffer_tokens_joins_pieces_in_sample_order_with_the_end_and_padding_ids
 
 
 def test_buffer_tokens_views_the_array_its_pieces_were_read_into_when_the_ids_fit():
-    from corgi_io.loaders.rows import PieceStep, PieceTokens, buffer_tokens
+    from corgi_io.loaders.token_pieces import PieceStep, PieceTokens, buffer_tokens
     sink = np.zeros(8 + 8 + 16, np.uint8)
     sink[:6].view(np.uint16)[:] = [1, 2, 3]
     sink[8:12].view(np.uint16)[:] = [4, 5]
@@ -267,19 +267,19 @@ def test_buffer_tokens_views_the_array_its_pieces_were_read_into_when_the_ids_fi
 
 
 def test_a_local_pack_is_read_into_one_array_per_buffer_not_joined(packed, documents, monkeypatch):
-    from corgi_io.loaders import rows
+    from corgi_io.loaders import token_pieces
 
     def joined(*args):
         raise AssertionError("a local pack's pieces were copied into a second array")
 
-    monkeypatch.setattr(rows, "joined_tokens", joined)
+    monkeypatch.setattr(token_pieces, "joined_tokens", joined)
     ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, batch_size=2)
     assert reassembled(rows_of(list(ds))) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
 
 
 def test_npy_layout_flags_the_payloads_whose_header_differs_from_the_first():
     import io
-    from corgi_io.loaders.rows import npy_layout
+    from corgi_io.loaders.token_pieces import npy_layout
 
     def npy(values, dtype):
         out = io.BytesIO()
