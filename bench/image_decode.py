@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from _corpus import corpus_files, make_imagenet_folder  # noqa: E402
+from _timing import interleaved_medians  # noqa: E402
 
 BATCH, CROP, WORKERS = 64, 224, 2
 PEERS = ("webdataset + PIL", "litdata + PIL", 'corgi decode="pil"', "ffcv")
@@ -190,60 +191,56 @@ def run_rounds(sets: dict, args) -> dict:
     return runs
 
 
+def mode_name(workers: int) -> str:
+    return f"DataLoader {workers} workers" if workers else "one process"
+
+
+def peer_rates(runs: dict, set_name: str, workers: int) -> tuple:
+    """({peer: median images/s} on `set_name` with `workers`, the best of them)."""
+    peers = {peer: statistics.median(runs[(set_name, peer, workers)]) for peer in PEERS
+             if (set_name, peer, workers) in runs}
+    return peers, max(peers, key=peers.get)
+
+
 def report(runs: dict) -> None:
     for (set_name, name, workers), rates in runs.items():
         if set_name == "resized" or name in PEERS:
             continue
-        mode = f"DataLoader {workers} workers" if workers else "one process"
-        peers = {peer: statistics.median(runs[(set_name, peer, workers)]) for peer in PEERS
-                 if (set_name, peer, workers) in runs}
-        best = max(peers, key=peers.get)
+        peers, best = peer_rates(runs, set_name, workers)
         for peer, rate in peers.items():
-            print(f"image {set_name:8s} {mode:22s} {peer:28s} {rate:8.0f} img/s")
+            print(f"image {set_name:8s} {mode_name(workers):22s} {peer:28s} {rate:8.0f} img/s")
         ours = statistics.median(rates)
-        print(f"image {set_name:8s} {mode:22s} {FUSED:28s} {ours:8.0f} img/s  {ours / peers[best]:.2f}x {best} "
-              f"(goal >= {GOALS[set_name]}x)")
-    resized = [k for k in runs if k[0] == "resized"]
-    for key in resized:
-        mode = f"DataLoader {key[2]} workers" if key[2] else "one process"
-        peers = {peer: statistics.median(runs[("imagenet", peer, key[2])]) for peer in PEERS
-                 if ("imagenet", peer, key[2]) in runs}
-        best = max(peers, key=peers.get)
-        ours = statistics.median(runs[key])
-        print(f"image resized  {mode:22s} {FUSED + ' (pack 256)':28s} {ours:8.0f} img/s  {ours / peers[best]:.2f}x "
-              f"{best} on the originals (goal >= {GOALS['resized']}x)")
+        print(f"image {set_name:8s} {mode_name(workers):22s} {FUSED:28s} {ours:8.0f} img/s  {ours / peers[best]:.2f}x "
+              f"{best} (goal >= {GOALS[set_name]}x)")
+    for (set_name, _, workers), rates in runs.items():
+        if set_name == "resized":
+            peers, best = peer_rates(runs, "imagenet", workers)
+            ours = statistics.median(rates)
+            print(f"image resized  {mode_name(workers):22s} {FUSED + ' (pack 256)':28s} {ours:8.0f} img/s  "
+                  f"{ours / peers[best]:.2f}x {best} on the originals (goal >= {GOALS['resized']}x)")
 
 
-def per_image_ms(function, items: list, rounds: int = 3) -> float:
-    """The median over `rounds` passes of a pass's milliseconds per item."""
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for item in items:
-            function(item)
-        times.append((time.perf_counter() - start) / len(items) * 1e3)
-    return statistics.median(times)
-
-
-def limit_lines(roots: dict, count: int = 150) -> None:
+def limit_lines(roots: dict, count: int = 150, rounds: int = 3) -> None:
     """Per image, in this process: the bare libjpeg-turbo decode of the same bytes (full size) against ImageDecoder's
-    decode-crop-resize with each JPEG decoder of its registry (the choice by measurement)."""
+    decode-crop-resize with each JPEG decoder of its registry (the choice by measurement), passes interleaved."""
     import numpy as np
     import simplejpeg
 
     from corgi_io.images.fused import JPEG_DECODERS
     from corgi_io.loaders import ImageDecoder
 
+    out = np.empty((CROP, CROP, 3), dtype=np.uint8)
     for set_name, root in roots.items():
         jpegs = [Path(path).read_bytes() for path, _ in corpus_files(root / "corpus")[:count]]
-        bare = per_image_ms(simplejpeg.decode_jpeg, jpegs)
-        print(f"limit {set_name:8s} bare libjpeg-turbo decode, full size (simplejpeg)  {bare:6.2f} ms/img")
-        out = np.empty((CROP, CROP, 3), dtype=np.uint8)
+        passes = {"bare": lambda: [simplejpeg.decode_jpeg(data) for data in jpegs]}
         for name in JPEG_DECODERS:
             decoder = ImageDecoder(CROP, jpeg_decoder=name)
-            ms = per_image_ms(lambda item: decoder.decode_into(item[1], {"index": item[0]}, out), list(enumerate(jpegs)))
-            print(f"limit {set_name:8s} ImageDecoder(jpeg_decoder={name!r}){'':{12 - len(name)}s} {ms:6.2f} ms/img  "
-                  f"{ms / bare:.2f}x the bare decode")
+            passes[name] = lambda d=decoder: [d.decode_into(data, {"index": i}, out) for i, data in enumerate(jpegs)]
+        ms = {name: seconds / len(jpegs) * 1e3 for name, seconds in interleaved_medians(passes, rounds).items()}
+        print(f"limit {set_name:8s} bare libjpeg-turbo decode, full size (simplejpeg)  {ms['bare']:6.2f} ms/img")
+        for name in JPEG_DECODERS:
+            print(f"limit {set_name:8s} ImageDecoder(jpeg_decoder={name!r}){'':{12 - len(name)}s} {ms[name]:6.2f} "
+                  f"ms/img  {ms[name] / ms['bare']:.2f}x the bare decode")
 
 
 def main() -> None:
