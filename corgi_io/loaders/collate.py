@@ -173,7 +173,8 @@ def _leading_rows(values: list):
         return None
     storage, start, step = first.untyped_storage().data_ptr(), first.storage_offset(), first.numel()
     for i, value in enumerate(values):
-        if (not isinstance(value, torch.Tensor) or value.untyped_storage().data_ptr() != storage or value.storage_offset() != start + i * step
+        if (not isinstance(value, torch.Tensor) or value.untyped_storage().data_ptr() != storage
+                or value.storage_offset() != start + i * step
                 or value.shape != first.shape or value.dtype != first.dtype or not value.is_contiguous()):
             return None
     if first.untyped_storage().nbytes() < (start + len(values) * step) * first.element_size():

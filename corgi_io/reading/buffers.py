@@ -18,18 +18,18 @@ memory for reuse (glibc's trim threshold follows).  Elsewhere than glibc it is o
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 GRAIN = 1 << 20  # buffers are whole MiB
 BATCH_MEMORY = 16 << 20  # the mmap threshold `warm_batch_memory` leaves: more than a batch of bench/load.py's
-_warm = []  # set once `warm_batch_memory` ran in this process
 
 
+@functools.cache
 def warm_batch_memory() -> None:
     """Once per process, allocate and free `BATCH_MEMORY` bytes, so that malloc serves later batch buffers from
     memory it keeps (see the module)."""
-    if not _warm:
-        _warm.append(len(bytes(BATCH_MEMORY)))  # zeroed by calloc: mapped, never touched, then freed
+    bytes(BATCH_MEMORY)  # zeroed by calloc: mapped, never touched, then freed
 
 
 class BufferPool:

@@ -61,7 +61,8 @@ def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: in
     memoryview of its n bytes), if given, makes each batch's buffer (the payloads are copied into the view);
     by default a batch's buffer is `bytes`."""
     steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
-    pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)))
+    pieces = read_ahead(steps, read, ahead=ahead, threads=threads,
+                        on_submit=lambda piece: residency.hold(nbytes(piece)))
     if allocate is None:
         warm_batch_memory()  # each batch's bytes from memory malloc keeps, not fresh pages
     rows, queue = ResidentRows(residency, allocate), np.empty(0, dtype=np.int64)
