@@ -36,12 +36,20 @@ def buffer_order(steps, residency):
             continue
         out = list(map(resident.pop, order))   # C speed; a missing id is a broken plan (KeyError)
         if not resident:
-            yield from out
+            yield from _handed_over(out)
             residency.release_all()
             continue
         freed = sum(map(len, map(_data, out)))  # samples stay for later buffers (window mode, carried batches)
-        yield from out
+        yield from _handed_over(out)
         residency.release(freed)
+
+
+def _handed_over(samples: list):
+    """Yield a buffer's samples in order, each dropped from the list as it goes: the consumer decodes into the
+    sample's dict, and the list would otherwise keep every decoded sample of the buffer alive until its end."""
+    samples.reverse()
+    while samples:
+        yield samples.pop()
 
 
 def _hold(piece: tuple, resident: dict, repeats: dict, residency) -> None:

@@ -172,11 +172,14 @@ def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, thr
 
 
 def _settled(pieces, residency: Residency):
-    """(first id, samples) and markers on to the order stage; a piece's framing stops counting as held."""
+    """(first id, samples) and markers on to the order stage; a piece's framing stops counting as held.  No local
+    names a piece's samples while a marker is out (the order stage yields the buffer then, and a yielded sample
+    must not stay alive here: `buffer_order`)."""
     for item in pieces:
-        if isinstance(item, Marker):
-            yield item
-            continue
-        first, samples, payload_bytes, record_bytes = item
-        residency.split(record_bytes, payload_bytes)
-        yield first, samples
+        yield item if isinstance(item, Marker) else _framing_counted(item, residency)
+
+
+def _framing_counted(item: tuple, residency: Residency) -> tuple:
+    first, samples, payload_bytes, record_bytes = item
+    residency.split(record_bytes, payload_bytes)
+    return first, samples

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from corgi_io.manifest import KINDS, open_manifest
 from corgi_io.reading.in_flight import InFlight
 from corgi_io.reading.order import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
-from corgi_io.reading.reader import Residency
+from corgi_io.reading.reader import Residency, ordered_samples
 from corgi_io.reading.split import PieceSplitter
 from corgi_io.schedule import block_pieces
 from helpers.packs import piece_bytes
@@ -160,6 +161,29 @@ def test_order_yields_a_sample_listed_twice_as_two_distinct_dicts():
     assert len({id(x) for x in got}) == 4 and residency.held == 0
     got[0]["data"] = None  # a consumer changing one copy leaves the other intact
     assert got[3]["data"] == bytes(11)
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_the_reader_keeps_no_yielded_sample_alive(window):
+    """What a consumer puts in a sample's dict (a decoded image) is freed once it drops the sample, not at the end
+    of the buffer; in window mode too, where samples stay for a later buffer."""
+    class Decoded:  # weakly referable, as a decoded array is
+        pass
+
+    def read(piece: tuple) -> tuple:
+        first, samples = fake_piece(piece[1], piece[2])
+        return first, samples, sum(len(x["data"]) for x in samples), 0
+
+    pieces = np.array([[0, 0, 3], [0, 3, 6]])
+    plan = [(pieces[:1], np.array([2, 0])), (pieces[1:], np.array([4, 1, 3, 5]))] if window else \
+        [(pieces, np.array([4, 0, 2, 5, 1, 3]))]
+    alive = []
+    for sample in ordered_samples(plan, read, lambda piece: 0, Residency(), ahead=2, threads=1):
+        assert not any(ref() for ref in alive)  # every sample yielded before this one is gone
+        sample["data"] = Decoded()
+        alive.append(weakref.ref(sample["data"]))
+        del sample
+    assert len(alive) == 6
 
 
 def test_order_refuses_a_plan_that_lists_a_sample_never_read():
