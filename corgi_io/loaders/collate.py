@@ -19,7 +19,8 @@ Moving a batch from a DataLoader worker to the trainer costs little per batch, w
 bytes are one buffer, and small tensors (labels, sizes, indices) travel inline with the batch.  A
 tensor otherwise crosses through its own shared-memory file, whose handoff (a file descriptor passed
 over a socket) costs about half a millisecond, several times the cost of copying a few kilobytes;
-large tensors (a batch of decoded images) still take the shared-memory path, where it pays.
+large tensors (a batch of decoded images) still take the shared-memory path, where it pays, and a
+worker reuses that memory once the trainer drops the batch (`corgi_io.loaders.shared_memory`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from corgi_io.errors import BatchError
+from corgi_io.loaders.shared_memory import WORKER_BUFFERS
 
 _FIX = "decode to a fixed size (a resize transform) or pass collate_fn="
 INLINE_BYTES = 512 << 10  # CPU tensors smaller than this cross worker queues inline (see the module docstring)
@@ -37,12 +39,17 @@ _NUMPY_DTYPES = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, 
 
 
 class Batch(dict):
-    """A collated batch: a plain dict, except that between processes its small tensors travel inline
-    (as numpy arrays, tensors again on arrival) instead of one shared-memory file each."""
+    """A collated batch: a plain dict, except between processes: its small tensors travel inline (as numpy
+    arrays, tensors again on arrival) instead of one shared-memory file each, and a tensor over a worker's
+    pooled shared memory (an `ImageDecoder`'s batch) travels as a `Lease` on it (`shared_memory`)."""
 
     def __reduce__(self):
         inline = sorted(name for name, value in self.items() if _travels_inline(value))
-        return _rebuild_batch, ({name: self[name].numpy() if name in inline else self[name] for name in self}, inline)
+        sent = {}  # one object per tensor, so that a field and its alias arrive as one tensor
+        for name, value in self.items():
+            if isinstance(value, torch.Tensor) and id(value) not in sent:
+                sent[id(value)] = value.numpy() if name in inline else WORKER_BUFFERS.lease(value) or value
+        return _rebuild_batch, ({name: sent.get(id(value), value) for name, value in self.items()}, inline)
 
 
 def _travels_inline(value) -> bool:
@@ -52,9 +59,10 @@ def _travels_inline(value) -> bool:
 
 def _rebuild_batch(fields: dict, inline: list) -> Batch:
     """The receiving side of `Batch.__reduce__`: the inline arrays become tensors again (no copy)."""
-    batch = Batch(fields)
+    batch, tensors = Batch(fields), {}
     for name in inline:
-        batch[name] = torch.from_numpy(batch[name])
+        array = batch[name]
+        batch[name] = tensors.setdefault(id(array), torch.from_numpy(array))
     return batch
 
 

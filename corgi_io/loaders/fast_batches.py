@@ -15,12 +15,11 @@ the pickle), and the main process gets a plain `PackedBytes` (one copy, out of t
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
-from corgi_io.reading.buffers import GRAIN, warm_batch_memory
+from corgi_io.loaders.shared_memory import WORKER_BUFFERS
+from corgi_io.reading.buffers import warm_batch_memory
 
 _LISTS = ("key", "kind", "ext")  # columns of names, lists in a batch; the others are integers
 
@@ -52,48 +51,7 @@ def _field(name: str, column):
 def shared_buffer(nbytes: int) -> tuple:
     """(a uint8 tensor in shared memory, its first `nbytes` as a writable memoryview): a batch's buffer in a
     worker (`ordered_batches`' `allocate`), from this process's `SharedBuffers`."""
-    return _SHARED.take(nbytes)
-
-
-class SharedBuffers:
-    """A worker's batch buffers in shared memory, reused once the main process has copied a batch out.
-
-    Fresh shared memory costs a page fault per 4 KiB in the worker: about 84,000 of the 166,000 faults
-    an epoch that bench/load.py's two workers took (the rest: their read buffers, new with each
-    worker process), worker CPU 27 -> 21 us a sample.  Each buffer is a uint8 tensor of whole MiB plus one
-    byte, the *released* flag: `_unshared` sets it in the receiving process once it has copied the
-    bytes out.  A buffer is taken again only when its flag is set and nothing in this process refers
-    to it any more; the pool keeps the `KEEP` most recent (a batch never received stays out of use).
-    """
-
-    KEEP = 8
-
-    def __init__(self):
-        self.buffers = []  # whole tensors: capacity bytes, then the released flag
-
-    def take(self, nbytes: int) -> tuple:
-        """(a buffer holding at least `nbytes` and its flag, a writable view of its first `nbytes`)."""
-        whole = self._released(nbytes)
-        if whole is None:
-            capacity = max(1, -(-nbytes // GRAIN)) * GRAIN
-            whole = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(capacity + 1))
-            self.buffers = self.buffers[-(self.KEEP - 1):] + [whole]
-        array = whole.numpy()
-        array[-1] = 0  # sent, not yet copied out
-        return whole, memoryview(array)[:nbytes]
-
-    def _released(self, nbytes: int):
-        """A pooled buffer of more than `nbytes` whose receiver copied its batch out and that nothing here refers
-        to any more (the pool's list and getrefcount's argument are its only references), or None."""
-        buffers = self.buffers
-        for i in range(len(buffers)):
-            if len(buffers[i]) > nbytes and sys.getrefcount(buffers[i]) == 2 and buffers[i][-1]:
-                return buffers[i]
-        return None
-
-
-_SHARED = SharedBuffers()  # one per process: a forked worker starts with the parent's, empty, as the parent
-# never takes one (only DataLoader workers gather into shared memory)
+    return WORKER_BUFFERS.take(nbytes)
 
 
 class SharedPackedBytes(PackedBytes):

@@ -11,7 +11,8 @@ index), so they are reproducible, change every epoch, and survive resume and ela
 With ``batch_size=B`` the dataset gives each batch one preallocated (B, H, W, 3) tensor (`BatchSlots`):
 every sample is resized into its own row of it, and the default collate takes the rows as the batch
 without stacking them (`corgi_io.loaders.collate`).  In a DataLoader worker that tensor is made in shared
-memory, so it crosses to the trainer without another copy.  OpenCV's thread count is left alone: in a worker
+memory, so it crosses to the trainer without another copy, and the worker fills it again once the trainer
+has dropped that batch (`corgi_io.loaders.shared_memory`).  OpenCV's thread count is left alone: in a worker
 forked after the parent used OpenCV's thread pool, `cv2.setNumThreads` hangs (its resize does not).
 """
 from __future__ import annotations
@@ -27,7 +28,9 @@ from corgi_io.arguments import check_at_least, choose
 from corgi_io.errors import ArgumentError
 from corgi_io.images.crops import CROPS, draw_numbers, flips, sample_uniforms
 from corgi_io.images.fused import JPEG_DECODERS, decode_crop_resize, default_jpeg_decoder
+from corgi_io.loaders.collate import INLINE_BYTES
 from corgi_io.loaders.decode import FieldDecoders
+from corgi_io.loaders.shared_memory import WORKER_BUFFERS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 
 _DRAWS = draw_numbers()
@@ -115,11 +118,12 @@ class BatchSlots:
 
 
 def _new_slab(shape: tuple) -> torch.Tensor:
-    """An uninitialised uint8 tensor; made in shared memory inside a DataLoader worker, whose queue would copy it
-    there (`share_memory_` would copy it too: `_new_shared` is torch's own allocation of shared memory)."""
-    if torch.utils.data.get_worker_info() is None:
+    """An uninitialised uint8 tensor; inside a DataLoader worker, one large enough to cross worker queues through
+    shared memory (`collate.INLINE_BYTES`) is over shared memory the worker reuses once the trainer drops the batch
+    (`WORKER_BUFFERS`): the worker queue would otherwise copy it into fresh shared memory."""
+    if torch.utils.data.get_worker_info() is None or math.prod(shape) < INLINE_BYTES:
         return torch.empty(shape, dtype=torch.uint8)
-    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(math.prod(shape))).view(shape)
+    return WORKER_BUFFERS.tensor(shape)
 
 
 def batch_slots(decode, rows: int):

@@ -230,7 +230,8 @@ def test_a_batch_gathered_into_shared_memory_crosses_processes_as_a_handle():
 def test_a_worker_reuses_a_shared_buffer_only_once_its_batch_was_copied_out_and_dropped():
     from multiprocessing.reduction import ForkingPickler
 
-    from corgi_io.loaders.fast_batches import SharedBuffers, SharedPackedBytes
+    from corgi_io.loaders.fast_batches import SharedPackedBytes
+    from corgi_io.loaders.shared_memory import SharedBuffers
 
     pool = SharedBuffers()
 
