@@ -124,6 +124,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.decode = get_decoder(None if rows else decode, self.spec.max_pixels)
         self.packs = self._open(source, partitions, weights, samples_per_epoch)
+        if getattr(self.decode, "on_device", False) and not self.fast_batches:
+            raise ArgumentError("ImageDecoder(device=...) decodes whole batches of raw image bytes in the training "
+                                "process: it needs batch_size, no transform, the default collate_fn and packs of "
+                                "one field per sample")
         if rows is not None:
             check_token_pack(self.packs.manifest)
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
@@ -306,9 +310,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         pieces with numpy (`fast_batches`)."""
         reader, plan, _ = self._start()  # in a DataLoader worker, batches cross to the main process in shared memory
         allocate = shared_buffer if torch.utils.data.get_worker_info() is not None else None
+        images = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # None, or an ImageDecoder on a device
         for rows in reader.batches(plan, self.spec.batch_size, allocate):
             self._progress.yielded += len(rows.offsets) - 1
-            yield row_batch(rows)
+            yield row_batch(rows, images)
 
     def _rows(self):
         """This worker's rows of tokens (`pack_length`), or batches of rows, counted in rows for resume."""

@@ -8,6 +8,9 @@ side stream (`wait_stream`, a GPU-side wait: the host does not block), and each 
 marked used by the compute stream (`record_stream`), so the caching allocator does not reuse its
 memory while the step still reads it.
 
+Images that an ``ImageDecoder(device="cuda")`` left encoded (`EncodedImages`) are decoded on the side
+stream too, with nvJPEG (`corgi_io.loaders.device_images`).
+
 On a CPU device (or a machine without CUDA) batches pass through unchanged.  Either way, `len`,
 `state_dict` and `load_state_dict` are the wrapped loader's: the state handed out with batch k is the
 one the loader had when it produced batch k, not after the batch read ahead, so a resume from it
@@ -18,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from corgi_io.loaders.collate import Batch
+from corgi_io.loaders.device_images import EncodedImages
 
 
 class DeviceLoader:
@@ -83,7 +87,10 @@ def to_device(loader, device, pin_memory: bool = True) -> DeviceLoader:
 
 
 def _moved(value, device, pin_memory: bool):
-    """`value` with every tensor in it copied to `device` without blocking the host (pinned first)."""
+    """`value` with every tensor in it copied to `device` without blocking the host (pinned first), and images
+    left encoded for the device (`EncodedImages`) decoded there."""
+    if isinstance(value, EncodedImages):
+        return value.decode(device)
     if isinstance(value, torch.Tensor):
         if pin_memory and not value.is_pinned() and value.device.type == "cpu":
             value = value.pin_memory()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from corgi_io.loaders.collate import Batch, PackedBytes, collate_samples
+from corgi_io.loaders.device_images import EncodedImages
 from corgi_io.loaders.shared_memory import WORKER_BUFFERS
 from corgi_io.reading.buffers import warm_batch_memory
 
@@ -25,19 +26,23 @@ _LISTS = ("key", "kind", "ext")  # columns of names, lists in a batch; the other
 
 
 def fast_batches_apply(spec, decode, manifests) -> bool:
-    """Whether batches can skip the sample dicts: `batch_size` set, raw bytes (no `decode`, no transform), the
-    default `collate_samples`, and every pack of one field per sample (several fields per sample differ from
-    sample to sample: those go through the per-sample path)."""
-    return (spec.batch_size is not None and decode is None and spec.transform is None
+    """Whether batches can skip the sample dicts: `batch_size` set, raw bytes (no `decode`, or images decoded
+    later on a device: `device_images`), no transform, the default `collate_samples`, and every pack of one field
+    per sample (several fields per sample differ from sample to sample: those go through the per-sample path)."""
+    raw = decode is None or getattr(decode, "on_device", False)
+    return (spec.batch_size is not None and raw and spec.transform is None
             and spec.collate_fn is collate_samples and all(m.max_fields == 1 for m in manifests))
 
 
-def row_batch(rows) -> Batch:
-    """The `Batch` of a `RowBatch`, field for field what `collate_samples` gives for the same samples."""
+def row_batch(rows, images=None) -> Batch:
+    """The `Batch` of a `RowBatch`, field for field what `collate_samples` gives for the same samples; with
+    `images` (an `ImageDecoder` on a device), its `data` is the `EncodedImages` that it decodes."""
     columns = rows.columns
     batch = Batch({name: _field(name, columns[name]) for name in ("index", "key", "label", "size", "kind", "ext")})
     shared = isinstance(rows.buffer, torch.Tensor)
     batch["data"] = (SharedPackedBytes if shared else PackedBytes)(rows.buffer, rows.offsets)
+    if images is not None:
+        batch["data"] = EncodedImages(batch["data"], columns["index"], batch["key"], images)
     if "source" in columns:  # a blend's samples gain it last
         batch["source"] = columns["source"].tolist()
     return batch

@@ -42,7 +42,9 @@ class ImageDecoder:
     resized to `size` (an int for a square, or (height, width)), flipped left to right with probability 1/2 if
     `flip`.  `scale` and `ratio` are RandomResizedCrop's area share and aspect ratio ranges; `jpeg_decoder` names
     an entry of `corgi_io.images.fused.JPEG_DECODERS` (None: simplejpeg where installed, else OpenCV);
-    `max_pixels` refuses larger images before any pixel is decoded.  The dataset calls `for_epoch(seed, epoch)`."""
+    `max_pixels` refuses larger images before any pixel is decoded.  The dataset calls `for_epoch(seed, epoch)`.
+    `device`: "cpu" decodes in the DataLoader workers; another (such as "cuda") leaves the bytes to the training
+    process, which decodes each batch there with torchvision (nvJPEG on a GPU: `corgi_io.loaders.device_images`)."""
 
     name: ClassVar[str] = "ImageDecoder"
     kind: ClassVar[str] = "image"
@@ -56,6 +58,7 @@ class ImageDecoder:
     max_pixels: int | None = DEFAULT_MAX_PIXELS
     seed: int = 0
     epoch: int = 0
+    device: str = "cpu"
 
     def __post_init__(self):
         size = (self.size, self.size) if isinstance(self.size, int) else tuple(self.size)
@@ -73,6 +76,19 @@ class ImageDecoder:
         object.__setattr__(self, "jpeg_decoder", self.jpeg_decoder or default_jpeg_decoder())
         choose("jpeg_decoder", self.jpeg_decoder, JPEG_DECODERS)
         check_at_least("max_pixels", self.max_pixels, 1)
+        self._check_device()
+
+    def _check_device(self) -> None:
+        try:
+            device = torch.device(self.device)
+        except (RuntimeError, TypeError) as exc:
+            raise ArgumentError(f"ImageDecoder device {self.device!r} is not a torch device ({exc})") from None
+        object.__setattr__(self, "device", str(device))  # torchvision, for nvJPEG, is needed where it decodes
+
+    @property
+    def on_device(self) -> bool:
+        """Whether batches are decoded in the training process on `device` (not in the workers, on the CPU)."""
+        return self.device != "cpu"
 
     def for_epoch(self, seed: int, epoch: int) -> ImageDecoder:
         """This decoder with the dataset's seed and epoch (the crops' and flips' draws)."""
