@@ -232,7 +232,7 @@ def limit_lines(roots: dict, count: int = 150, rounds: int = 3) -> None:
     out = np.empty((CROP, CROP, 3), dtype=np.uint8)
     for set_name, root in roots.items():
         jpegs = [Path(path).read_bytes() for path, _ in corpus_files(root / "corpus")[:count]]
-        passes = {"bare": lambda: [simplejpeg.decode_jpeg(data) for data in jpegs]}
+        passes = {"bare": lambda: all(simplejpeg.decode_jpeg(data) is not None for data in jpegs)}  # each freed
         for name in JPEG_DECODERS:
             decoder = ImageDecoder(CROP, jpeg_decoder=name)
             passes[name] = lambda d=decoder: [d.decode_into(data, {"index": i}, out) for i, data in enumerate(jpegs)]
