@@ -88,10 +88,16 @@ class Lease:
 def _received_lease(whole: torch.Tensor, offset: int, shape: tuple, stride: tuple) -> torch.Tensor:
     """The receiving side of a `Lease`: the view as a tensor over a numpy view of the buffer, whose finalizer sets
     the released flag once no tensor or array made from it is left."""
-    array = whole.numpy()
-    payload = array[:-1]
-    weakref.finalize(payload, _release, array[-1:])
+    payload = _PAYLOADS.get(whole.data_ptr())  # one view per buffer: two leases of it (two views of one batch, such as
+    if payload is None:  # its images and a permute of them) release it only once neither is held
+        array = whole.numpy()
+        payload = _PAYLOADS[whole.data_ptr()] = array[:-1]
+        weakref.finalize(payload, _release, array[-1:])
     return torch.from_numpy(payload).as_strided(shape, stride, offset)
+
+
+_PAYLOADS = weakref.WeakValueDictionary()  # buffer address -> the numpy view that leased tensors over it are made on,
+# while one is held (the mapping, and so its address, lives as long as that view)
 
 
 def _release(flag) -> None:

@@ -1,0 +1,87 @@
+"""Faults found in review of the leased batch memory (`corgi_io.loaders.shared_memory`)."""
+from __future__ import annotations
+
+import gc
+from multiprocessing.reduction import ForkingPickler
+
+import numpy as np
+import pytest
+import torch
+
+from corgi_io.loaders import CorgiPileDataset, ImageDecoder
+from corgi_io.loaders import shared_memory
+from corgi_io.loaders.collate import Batch, collate_samples
+
+SHAPE = (4, 256, 256, 3)
+
+
+def fresh_pool(monkeypatch):
+    monkeypatch.setattr(shared_memory.WORKER_BUFFERS, "buffers", [])
+    return shared_memory.WORKER_BUFFERS
+
+
+def test_two_views_of_one_buffer_in_a_batch_keep_it_until_both_are_dropped(monkeypatch):
+    pool = fresh_pool(monkeypatch)
+    images = pool.tensor(SHAPE)
+    images.fill_(7)
+    pointer = images.data_ptr()
+    pickled = bytes(ForkingPickler.dumps(Batch(data=images, pixels=images.permute(0, 3, 1, 2))))
+    del images
+    received = ForkingPickler.loads(pickled)
+    pixels = received["pixels"]
+    del received  # the batch and its "data" view are gone; "pixels" is still held
+    gc.collect()
+    again = pool.tensor(SHAPE)
+    again.fill_(1)
+    assert again.data_ptr() != pointer
+    assert (pixels == 7).all()
+
+
+def test_two_leases_of_one_buffer_received_apart_keep_it_until_both_are_dropped(monkeypatch):
+    pool = fresh_pool(monkeypatch)
+    images = pool.tensor(SHAPE)
+    images.fill_(7)
+    pointer = images.data_ptr()
+    first = ForkingPickler.loads(bytes(ForkingPickler.dumps(Batch(data=images[:3]))))
+    second = ForkingPickler.loads(bytes(ForkingPickler.dumps(Batch(data=images[3:]))))
+    del images, second
+    gc.collect()
+    again = pool.tensor(SHAPE)
+    again.fill_(1)
+    assert again.data_ptr() != pointer
+    assert (first["data"] == 7).all()
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    from corgi_io import PackOptions, pack
+    from helpers.corpus_factory import make_image_corpus
+
+    source = tmp_path_factory.mktemp("lease-fault-corpus")
+    make_image_corpus(source, 32, long_tail=False)
+    root = tmp_path_factory.mktemp("lease-fault-pack") / "pack"
+    pack(source, root, PackOptions(block_samples=4), progress=False)
+    return root
+
+
+def with_channels_first(samples):
+    """A collate_fn that keeps the default batch and adds its images channels first (a view, no copy)."""
+    batch = collate_samples(samples)
+    batch["pixels"] = batch["data"].permute(0, 3, 1, 2)
+    return batch
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_held_view_of_a_worker_batch_is_not_overwritten_when_its_sibling_view_is_dropped(jpegs):
+    ds = CorgiPileDataset(jpegs, batch_size=4, decode=ImageDecoder(size=(256, 320)), seed=4,
+                          collate_fn=with_channels_first)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, timeout=60)
+    held = []
+    for batch in loader:
+        pixels = batch["pixels"]
+        held.append((pixels, pixels.clone()))
+        del batch, pixels
+        gc.collect()
+    assert len(held) == 8
+    assert all(torch.equal(kept, copy) for kept, copy in held)
