@@ -12,7 +12,7 @@ from corgi_io.loaders import CorgiPileDataset, ImageDecoder
 from corgi_io.loaders import shared_memory
 from corgi_io.loaders.collate import Batch, collate_samples
 
-SHAPE = (4, 256, 256, 3)
+SHAPE = (4, 512, 512, 3)  # each row above collate.INLINE_BYTES: a lease, not inline
 
 
 def fresh_pool(monkeypatch):
