@@ -61,7 +61,8 @@ class SharedBuffers:
         which the receiver releases when it drops the tensor; None for any other tensor."""
         pointer = tensor.untyped_storage().data_ptr()
         whole = next((whole for whole in self.buffers if whole.data_ptr() == pointer), None)
-        return None if whole is None else Lease(whole, tensor.storage_offset(), tensor.shape, tensor.stride())
+        return None if whole is None else Lease(whole, tensor.storage_offset(), tensor.shape, tensor.stride(),
+                                                tensor.dtype)
 
     def _released(self, nbytes: int):
         """A pooled buffer of more than `nbytes` whose receiver released it and that nothing here refers to any more
@@ -74,18 +75,20 @@ class SharedBuffers:
 
 
 class Lease:
-    """A view (offset, shape, stride) of a pooled buffer, as it crosses to the main process (`_received_lease`)."""
+    """A view (offset, shape, stride, all in elements of `dtype`) of a pooled buffer, as it crosses to the main
+    process (`_received_lease`)."""
 
-    __slots__ = ("whole", "offset", "shape", "stride")
+    __slots__ = ("whole", "offset", "shape", "stride", "dtype")
 
-    def __init__(self, whole: torch.Tensor, offset: int, shape, stride):
-        self.whole, self.offset, self.shape, self.stride = whole, offset, tuple(shape), tuple(stride)
+    def __init__(self, whole: torch.Tensor, offset: int, shape, stride, dtype=torch.uint8):
+        self.whole, self.offset, self.shape, self.stride, self.dtype = whole, offset, tuple(shape), tuple(stride), dtype
 
     def __reduce__(self):
-        return _received_lease, (self.whole, self.offset, self.shape, self.stride)
+        return _received_lease, (self.whole, self.offset, self.shape, self.stride, self.dtype)
 
 
-def _received_lease(whole: torch.Tensor, offset: int, shape: tuple, stride: tuple) -> torch.Tensor:
+def _received_lease(whole: torch.Tensor, offset: int, shape: tuple, stride: tuple,
+                    dtype: torch.dtype = torch.uint8) -> torch.Tensor:
     """The receiving side of a `Lease`: the view as a tensor over a numpy view of the buffer, whose finalizer sets
     the released flag once no tensor or array made from it is left."""
     payload = _PAYLOADS.get(whole.data_ptr())  # one view per buffer: two leases of it (two views of one batch, such as
@@ -93,7 +96,7 @@ def _received_lease(whole: torch.Tensor, offset: int, shape: tuple, stride: tupl
         array = whole.numpy()
         payload = _PAYLOADS[whole.data_ptr()] = array[:-1]
         weakref.finalize(payload, _release, array[-1:])
-    return torch.from_numpy(payload).as_strided(shape, stride, offset)
+    return torch.from_numpy(payload).view(dtype).as_strided(shape, stride, offset)  # a capacity of whole MiB: any dtype
 
 
 _PAYLOADS = weakref.WeakValueDictionary()  # buffer address -> the numpy view that leased tensors over it are made on,

@@ -85,3 +85,28 @@ def test_a_held_view_of_a_worker_batch_is_not_overwritten_when_its_sibling_view_
         gc.collect()
     assert len(held) == 8
     assert all(torch.equal(kept, copy) for kept, copy in held)
+
+
+def as_int8(image):
+    """A transform that reinterprets the decoded row (a view, no copy)."""
+    return image.view(torch.int8)
+
+
+def test_a_leased_tensor_of_another_dtype_than_uint8_arrives_as_sent(monkeypatch):
+    pool = fresh_pool(monkeypatch)
+    images = pool.tensor(SHAPE)
+    images.copy_(torch.randint(0, 256, SHAPE, dtype=torch.uint8))
+    words = images.view(4, -1).view(torch.int32)[1:]
+    received = ForkingPickler.loads(bytes(ForkingPickler.dumps(Batch(data=words))))["data"]
+    assert received.dtype == torch.int32 and torch.equal(received, words)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_worker_batch_transformed_to_another_dtype_arrives_with_it(jpegs):
+    kwargs = dict(batch_size=4, decode=ImageDecoder(size=(256, 320)), seed=4, transform=as_int8, shuffle="none")
+    expected = [batch["data"].clone() for batch in CorgiPileDataset(jpegs, **kwargs)]
+    loader = torch.utils.data.DataLoader(CorgiPileDataset(jpegs, **kwargs), batch_size=None, num_workers=1, timeout=60)
+    received = [batch["data"].clone() for batch in loader]
+    assert [b.dtype for b in received] == [torch.int8] * len(expected)
+    assert all(torch.equal(a, b) for a, b in zip(received, expected))
