@@ -49,7 +49,22 @@ class Batch(dict):
         for name, value in self.items():
             if isinstance(value, torch.Tensor) and id(value) not in sent:
                 sent[id(value)] = value.numpy() if name in inline else WORKER_BUFFERS.lease(value) or value
-        return _rebuild_batch, ({name: sent.get(id(value), value) for name, value in self.items()}, inline)
+        return _rebuild_batch, ({name: _leased(value, sent) for name, value in self.items()}, inline)
+
+
+def _leased(value, sent: dict):
+    """`value` with each tensor as `sent` has it, and each tensor over a pooled buffer inside its lists, tuples and
+    dicts as a `Lease` too: a row of a batch sent as it is would reach the receiver outside the lease, and the
+    worker would write that buffer again once the leased tensors were dropped, under the row still held."""
+    if isinstance(value, torch.Tensor):
+        if id(value) not in sent:
+            sent[id(value)] = WORKER_BUFFERS.lease(value) or value
+        return sent[id(value)]
+    if type(value) in (list, tuple):
+        return type(value)(_leased(item, sent) for item in value)
+    if type(value) is dict:
+        return {key: _leased(item, sent) for key, item in value.items()}
+    return value
 
 
 def _travels_inline(value) -> bool:

@@ -110,3 +110,20 @@ def test_a_worker_batch_transformed_to_another_dtype_arrives_with_it(jpegs):
     received = [batch["data"].clone() for batch in loader]
     assert [b.dtype for b in received] == [torch.int8] * len(expected)
     assert all(torch.equal(a, b) for a, b in zip(received, expected))
+
+
+def test_a_view_of_a_leased_buffer_inside_a_field_keeps_it_until_dropped(monkeypatch):
+    pool = fresh_pool(monkeypatch)
+    images = pool.tensor(SHAPE)
+    images.fill_(7)
+    pointer = images.data_ptr()
+    pickled = bytes(ForkingPickler.dumps(Batch(data=images, extra={"chw": [images.permute(0, 3, 1, 2)]})))
+    del images
+    received = ForkingPickler.loads(pickled)
+    nested = received["extra"]["chw"][0]
+    del received
+    gc.collect()
+    again = pool.tensor(SHAPE)
+    again.fill_(1)
+    assert again.data_ptr() != pointer
+    assert (nested == 7).all()
