@@ -76,8 +76,9 @@ def _header(decoder, data: bytes, key) -> tuple:
     """(width, height, whether torchvision's JPEG decoder takes it), checked against `max_pixels` unread."""
     try:
         width, height, plain_jpeg = image_header(data, decoder.max_pixels)
-    except DecodeError as exc:
-        raise DecodeError(f"sample {key!r} (image): {exc}", key=key) from None
+    except Exception as exc:  # DecodeError, or what Pillow raises for bytes that are no image: name the sample
+        reason = str(exc) if isinstance(exc, DecodeError) else f"cannot decode ({type(exc).__name__}: {exc})"
+        raise DecodeError(f"sample {key!r} (image): {reason}", key=key) from None
     return width, height, int(plain_jpeg)
 
 

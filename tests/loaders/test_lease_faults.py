@@ -127,3 +127,19 @@ def test_a_view_of_a_leased_buffer_inside_a_field_keeps_it_until_dropped(monkeyp
     again.fill_(1)
     assert again.data_ptr() != pointer
     assert (nested == 7).all()
+
+
+@pytest.mark.parametrize("payload", [b"", b"not an image at all"])
+def test_device_decoding_names_the_sample_whose_bytes_are_no_image(payload):
+    import io
+
+    from PIL import Image
+
+    from corgi_io.errors import DecodeError
+    from corgi_io.loaders.device_images import decode_batch
+
+    good = io.BytesIO()
+    Image.new("RGB", (40, 30), "red").save(good, "JPEG")
+    with pytest.raises(DecodeError, match="'cat/broken'"):
+        decode_batch(ImageDecoder(size=16, device="cpu"), [good.getvalue(), payload], [0, 1], ["cat/ok", "cat/broken"],
+                     torch.device("cpu"))
