@@ -126,10 +126,15 @@ class BatchSlots:
         self.kind, self.name = decoder.kind, decoder.name  # the dataset's kind check sees the decoder's
 
     def __call__(self, data: bytes, sample: dict) -> torch.Tensor:
+        row = self.skip_row()
+        self.decoder.decode_into(data, sample, row.numpy())
+        return row
+
+    def skip_row(self) -> torch.Tensor:
+        """The next row, taken (also for a sample refused before decoding: the next ones keep their rows)."""
         if self.next == self.rows:
             self.slab, self.next = _new_slab((self.rows, *self.decoder.shape)), 0
         row, self.next = self.slab[self.next], self.next + 1
-        self.decoder.decode_into(data, sample, row.numpy())
         return row
 
 

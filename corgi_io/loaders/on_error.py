@@ -87,6 +87,8 @@ class SamplePreparer:
                     sample[name] = sample["data"]
             elif name in sample.get("fields", ()):
                 sample[name] = self._decoded(sample, decoder, name)
+            elif hasattr(decoder, "skip_row"):  # a sample without the field: its row stays its, as for one that fails
+                decoder.skip_row()
 
     def _decoded(self, sample: dict, decode, field: str | None = None):
         """The decoder's value for `data` (or the non-primary `field`); any failure becomes a DecodeError naming
@@ -100,6 +102,9 @@ class SamplePreparer:
             except Exception as exc:
                 reason = str(exc) if isinstance(exc, DecodeError) else f"cannot decode ({plain_message(exc)})"
                 raise self._error(sample, f"sample {sample['key']!r} ({sample['kind']}): {reason}") from exc
+        skip_row = getattr(decode, "skip_row", None)  # a refused sample takes its batch row as a failed one does
+        if skip_row is not None:
+            skip_row()
         raise self._error(sample, refusal)
 
     def _error(self, sample: dict, text: str) -> DecodeError:

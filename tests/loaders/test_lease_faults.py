@@ -143,3 +143,74 @@ def test_device_decoding_names_the_sample_whose_bytes_are_no_image(payload):
     with pytest.raises(DecodeError, match="'cat/broken'"):
         decode_batch(ImageDecoder(size=16, device="cpu"), [good.getvalue(), payload], [0, 1], ["cat/ok", "cat/broken"],
                      torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def images_and_texts(tmp_path_factory):
+    from corgi_io import PackOptions, pack
+    from helpers.corpus_factory import make_image_corpus
+
+    source = tmp_path_factory.mktemp("mixed-corpus")
+    make_image_corpus(source, 40, long_tail=False)
+    for i in (2, 9, 21):
+        (source / "cat" / f"note{i}.txt").write_text("hello " * i)
+    root = tmp_path_factory.mktemp("mixed-pack") / "pack"
+    pack(source, root, PackOptions(block_samples=4), progress=False)
+    return root
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_sample_refused_for_its_kind_keeps_the_later_batches_in_their_rows(images_and_texts, monkeypatch):
+    """on_error="skip": a text sample that an ImageDecoder refuses takes its row, as a failed image does, so every
+    later whole batch is its slab's rows as they are (no copy, and in a worker its memory is reused)."""
+    from corgi_io.loaders import collate
+
+    copied, leading_rows = [], collate._leading_rows
+
+    def recording(values):
+        rows = leading_rows(values)
+        copied.append(rows is None and len(values) == 4)
+        return rows
+
+    monkeypatch.setattr(collate, "_leading_rows", recording)
+    ds = CorgiPileDataset(images_and_texts, batch_size=4, decode=ImageDecoder(size=32), on_error="skip",
+                          shuffle="none")
+    sizes = [len(batch["key"]) for batch in ds]
+    assert sum(sizes) == 40 and sizes.count(4) >= 5
+    assert not any(copied)
+
+
+@pytest.fixture(scope="module")
+def some_with_masks(tmp_path_factory):
+    """16 samples of a jpg and a txt; all but one have a png too."""
+    from corgi_io import PackOptions, pack
+    from helpers.corpus_factory import write_image
+
+    root = tmp_path_factory.mktemp("masks")
+    for i in range(16):
+        stem = root / "src" / "cat" / f"{i:03d}"
+        write_image(stem.with_suffix(".jpg"), 40, 30, seed=i)
+        stem.with_suffix(".txt").write_text(f"cat {i}", encoding="utf-8")
+        if i != 2:
+            write_image(stem.with_suffix(".png"), 20, 20, seed=100 + i)
+    pack(root / "src", root / "pack", PackOptions(), progress=False)
+    return root / "pack"
+
+
+def test_a_sample_without_a_decoded_field_keeps_the_later_batches_in_their_rows(some_with_masks, monkeypatch):
+    from corgi_io.loaders import collate
+
+    copied, leading_rows = [], collate._leading_rows
+
+    def recording(values):
+        rows = leading_rows(values)
+        copied.append(rows is None)
+        return rows
+
+    monkeypatch.setattr(collate, "_leading_rows", recording)
+    ds = CorgiPileDataset(some_with_masks, batch_size=4, shuffle="none",
+                          decode={"jpg": ImageDecoder(size=32), "png": ImageDecoder(size=16)})
+    batches = list(ds)
+    without = [i for i, b in enumerate(batches) if isinstance(b["png"], list)]
+    assert len(without) == 1 and without[0] < len(batches) - 1  # batches after the one lacking a png follow it
+    assert not any(copied)
