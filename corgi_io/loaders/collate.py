@@ -24,6 +24,7 @@ worker reuses that memory once the trainer drops the batch (`corgi_io.loaders.sh
 """
 from __future__ import annotations
 
+import copy
 import numbers
 
 import numpy as np
@@ -42,6 +43,14 @@ class Batch(dict):
     """A collated batch: a plain dict, except between processes: its small tensors travel inline (as numpy
     arrays, tensors again on arrival) instead of one shared-memory file each, and a tensor over a worker's
     pooled shared memory (an `ImageDecoder`'s batch) travels as a `Lease` on it (`shared_memory`)."""
+
+    def __copy__(self) -> "Batch":  # a copy in this process, not the pickled form (which holds leases in a worker)
+        return Batch(self)
+
+    def __deepcopy__(self, memo: dict) -> "Batch":
+        copied = memo[id(self)] = Batch()
+        copied.update((copy.deepcopy(name, memo), copy.deepcopy(value, memo)) for name, value in self.items())
+        return copied
 
     def __reduce__(self):
         inline = sorted(name for name, value in self.items() if _travels_inline(value))

@@ -214,3 +214,16 @@ def test_a_sample_without_a_decoded_field_keeps_the_later_batches_in_their_rows(
     without = [i for i, b in enumerate(batches) if isinstance(b["png"], list)]
     assert len(without) == 1 and without[0] < len(batches) - 1  # batches after the one lacking a png follow it
     assert not any(copied)
+
+
+def test_a_batch_copied_in_a_worker_holds_its_tensors(monkeypatch):
+    import copy
+
+    pool = fresh_pool(monkeypatch)
+    images = pool.tensor(SHAPE)
+    images.fill_(3)
+    batch = Batch(data=images, label=torch.arange(4), key=["a", "b", "c", "d"])
+    shallow, deep = copy.copy(batch), copy.deepcopy(batch)
+    assert type(shallow) is Batch and shallow["data"] is images and shallow["key"] is batch["key"]
+    assert type(deep) is Batch and isinstance(deep["data"], torch.Tensor) and torch.equal(deep["data"], images)
+    assert deep["data"].data_ptr() != images.data_ptr() and deep["key"] == batch["key"]
