@@ -53,11 +53,12 @@ class Batch(dict):
         return copied
 
     def __reduce__(self):
-        inline = sorted(name for name, value in self.items() if _travels_inline(value))
         sent = {}  # one object per tensor, so that a field and its alias arrive as one tensor
-        for name, value in self.items():
-            if isinstance(value, torch.Tensor) and id(value) not in sent:
-                sent[id(value)] = value.numpy() if name in inline else WORKER_BUFFERS.lease(value) or value
+        for name, value in self.items():  # a small tensor over a pooled buffer (a partial last batch) is leased too:
+            if isinstance(value, torch.Tensor) and id(value) not in sent:  # inline, its buffer would never be released
+                lease = WORKER_BUFFERS.lease(value)
+                sent[id(value)] = lease or (value.numpy() if _travels_inline(value) else value)
+        inline = sorted(name for name, value in self.items() if isinstance(sent.get(id(value)), np.ndarray))
         return _rebuild_batch, ({name: _leased(value, sent) for name, value in self.items()}, inline)
 
 

@@ -227,3 +227,17 @@ def test_a_batch_copied_in_a_worker_holds_its_tensors(monkeypatch):
     assert type(shallow) is Batch and shallow["data"] is images and shallow["key"] is batch["key"]
     assert type(deep) is Batch and isinstance(deep["data"], torch.Tensor) and torch.equal(deep["data"], images)
     assert deep["data"].data_ptr() != images.data_ptr() and deep["key"] == batch["key"]
+
+
+def test_a_small_batch_over_a_pooled_buffer_releases_it(monkeypatch):
+    """A partial last batch (rows of a full-size slab, below collate.INLINE_BYTES) gives its buffer back too."""
+    pool = fresh_pool(monkeypatch)
+    images = pool.tensor(SHAPE)
+    images.fill_(5)
+    pointer = images.data_ptr()
+    received = ForkingPickler.loads(bytes(ForkingPickler.dumps(Batch(data=images[:1, :128], label=torch.arange(1)))))
+    assert (received["data"] == 5).all() and received["data"].shape == (1, 128, 512, 3)
+    assert torch.equal(received["label"], torch.arange(1))
+    del images, received
+    gc.collect()
+    assert pool.tensor(SHAPE).data_ptr() == pointer
