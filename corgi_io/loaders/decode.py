@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import threading
 
 import numpy as np
 import torch
@@ -37,11 +38,16 @@ def rgb_tensor(image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.array(image, dtype=np.uint8))
 
 
+_NPY_LOAD = threading.Lock()  # np.load parses the header with ast.literal_eval, which two threads at once (reading
+# threads: `token_pieces`) can break on CPython before 3.11.8: "AST constructor recursion depth mismatch" (gh-106905)
+
+
 def token_ids(data, sample: dict) -> torch.Tensor:
     """decode="tokens": the token ids of a ``.npy`` field (a 1-D integer array, as the pack-time tokenizer
     writes ``tokens.npy``) as an int64 tensor; read with allow_pickle=False, so a pickled array is refused."""
     try:
-        ids = np.load(io.BytesIO(data), allow_pickle=False)
+        with _NPY_LOAD:
+            ids = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:  # what np.load raises for bytes that are not a .npy array
         raise DecodeError(f"sample {sample['key']!r}: not a .npy array of token ids ({exc})") from None
     if ids.ndim != 1 or ids.dtype.kind not in "iu":

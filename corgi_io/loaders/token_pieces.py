@@ -10,7 +10,7 @@ CorruptDataError naming shard, offset and key.
 """
 from __future__ import annotations
 
-import ast
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -20,6 +20,9 @@ from corgi_io.errors import CorruptDataError, DecodeError
 from corgi_io.loaders.decode import token_ids
 
 NPY_V1 = np.frombuffer(b"\x93NUMPY\x01\x00", np.uint8)  # the magic and version 1.0 of a .npy file
+# numpy's header of a 1-D integer array in C order, read without ast: ast.literal_eval in reading threads can fail
+# with "SystemError: AST constructor recursion depth mismatch" on CPython before 3.11.8 (gh-106905)
+_NPY_1D_HEADER = re.compile(rb"\{'descr': '([<>|=]?[iu][1248])', 'fortran_order': False, 'shape': \(\d+,\), \} *\n")
 TAIL_BYTES = 16  # after a buffer's pieces in its array: room for the end token and the padding id of any dtype
 
 
@@ -125,13 +128,10 @@ def npy_layout(data: bytes, begins: np.ndarray, nbytes: np.ndarray):
     if not len(begins) or nbytes[0] < 10 or not np.array_equal(u8[first:first + 8], NPY_V1):
         return None
     text = bytes(data[first + 10:first + 10 + int(u8[first + 8]) + 256 * int(u8[first + 9])])
-    try:
-        header = ast.literal_eval(text.decode("latin1"))
-        dtype, shape = np.dtype(header["descr"]), header["shape"]
-    except (ValueError, SyntaxError, TypeError, KeyError):
+    header = _NPY_1D_HEADER.fullmatch(text)
+    if header is None:
         return None
-    if header.get("fortran_order") or len(shape) != 1 or dtype.kind not in "ui" or b"'shape': (" not in text:
-        return None
+    dtype = np.dtype(header[1].decode("ascii"))
     prefix = np.frombuffer(text[:text.index(b"'shape': (") + 10], np.uint8)
     room = nbytes >= 10 + len(prefix)
     at = np.where(room, begins, first)  # a payload too short to hold the prefix is not read past its end

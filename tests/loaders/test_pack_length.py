@@ -277,14 +277,16 @@ def test_a_local_pack_is_read_into_one_array_per_buffer_not_joined(packed, docum
     assert reassembled(rows_of(list(ds))) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
 
 
-def test_npy_layout_flags_the_payloads_whose_header_differs_from_the_first():
+def npy(values, dtype) -> bytes:
     import io
-    from corgi_io.loaders.token_pieces import npy_layout
 
-    def npy(values, dtype):
-        out = io.BytesIO()
-        np.lib.format.write_array(out, np.asarray(values, dtype), allow_pickle=False)
-        return out.getvalue()
+    out = io.BytesIO()
+    np.lib.format.write_array(out, np.asarray(values, dtype), allow_pickle=False)
+    return out.getvalue()
+
+
+def test_npy_layout_flags_the_payloads_whose_header_differs_from_the_first():
+    from corgi_io.loaders.token_pieces import npy_layout
 
     first = npy([1, 2, 3], np.uint16)
     parts = [first, npy([4], np.int32), npy([5] * 10, np.uint16), b"\x93NUMPY", b"X" + first[1:], npy([6], np.uint16)]
@@ -292,3 +294,27 @@ def test_npy_layout_flags_the_payloads_whose_header_differs_from_the_first():
     dtype, same, skips = npy_layout(b"".join(parts), begins, np.array([len(part) for part in parts]))
     assert dtype == np.uint16 and same.tolist() == [True, False, True, False, False, True]
     assert skips[[0, 2, 5]].tolist() == [len(first) - 6, len(parts[2]) - 20, len(parts[5]) - 2]
+
+
+@pytest.mark.parametrize("dtype", ["<u2", ">i8", "|u1", "<i4"])
+def test_npy_layout_reads_a_header_without_ast(monkeypatch, dtype):
+    """Reading threads parse headers at once: ast.literal_eval there can raise SystemError on CPython < 3.11.8."""
+    import ast
+
+    from corgi_io.loaders.token_pieces import npy_layout
+
+    def refuse(*args):
+        raise AssertionError("ast.literal_eval in a reading thread")
+
+    monkeypatch.setattr(ast, "literal_eval", refuse)
+    parts = [npy([1, 2, 3], dtype), npy(list(range(40)), dtype)]
+    layout = npy_layout(b"".join(parts), np.array([0, len(parts[0])]), np.array([len(part) for part in parts]))
+    assert layout[0] == np.dtype(dtype) and layout[1].tolist() == [True, True]
+
+
+@pytest.mark.parametrize("array", [np.zeros((2, 2), np.int32), np.zeros(3, np.float32), np.asfortranarray(np.zeros(3))])
+def test_npy_layout_leaves_other_arrays_to_the_slow_path(array):
+    from corgi_io.loaders.token_pieces import npy_layout
+
+    data = npy(array, array.dtype)
+    assert npy_layout(data, np.array([0]), np.array([len(data)])) is None
