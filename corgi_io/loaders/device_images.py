@@ -26,11 +26,8 @@ import numpy as np
 import torch
 
 from corgi_io.errors import ArgumentError, DecodeError
-from corgi_io.images.crops import CROPS, draw_numbers, flips, sample_uniforms
 from corgi_io.images.fused import JPEG_DECODERS, image_header
 from corgi_io.images.pillow import open_image
-
-_DRAWS = draw_numbers()
 
 
 @dataclasses.dataclass
@@ -56,11 +53,9 @@ def decode_batch(decoder, payloads: list, indices, keys: list, device: torch.dev
     """`decoder`'s crops of `payloads` (images of samples `indices`, named `keys`), resized and flipped, as one
     (B, H, W, 3) uint8 tensor on `device`.  O(B) kernel launches: a crop, a resize and a copy per image."""
     sizes = np.array([_header(decoder, data, key) for data, key in zip(payloads, keys)], dtype=np.int64).reshape(-1, 3)
-    widths, heights = sizes[:, 0], sizes[:, 1]
-    uniforms = sample_uniforms(decoder.seed, decoder.epoch, np.asarray(indices, dtype=np.int64), _DRAWS)
-    xs, ys, ws, hs = (np.asarray(v).tolist() for v in CROPS[decoder.crop](
-        widths, heights, decoder.size, uniforms, decoder.scale, decoder.ratio))
-    flipped = (flips(uniforms) & decoder.flip).tolist()
+    draws = decoder.draws(np.asarray(indices, dtype=np.int64))  # the CPU path's crops and flips
+    xs, ys, ws, hs = (np.asarray(v).tolist() for v in decoder.boxes(draws, sizes[:, 0], sizes[:, 1]))
+    flipped = decoder.flips(draws).tolist()
     out = torch.empty((len(payloads), *decoder.shape), dtype=torch.uint8, device=device)
     for i, image in enumerate(_decoded(decoder, payloads, sizes, keys, device)):
         crop = image[None, :, ys[i]:ys[i] + hs[i], xs[i]:xs[i] + ws[i]].float()

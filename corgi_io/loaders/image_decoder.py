@@ -99,16 +99,27 @@ class ImageDecoder:
         """(height, width, 3): one decoded image."""
         return (*self.size, 3)
 
+    def draws(self, indices) -> np.ndarray:
+        """The uniform draws of samples `indices` this epoch, from which their crops and flips follow."""
+        return sample_uniforms(self.seed, self.epoch, indices, _DRAWS)
+
+    def boxes(self, draws: np.ndarray, widths, heights) -> tuple:
+        """(x, y, w, h) arrays: the crops, for `draws`, of images of `widths` x `heights` (`crops.CROPS`)."""
+        return CROPS[self.crop](widths, heights, self.size, draws, self.scale, self.ratio)
+
+    def flips(self, draws: np.ndarray) -> np.ndarray:
+        """Per sample of `draws`, whether its image is flipped left to right."""
+        return flips(draws) & self.flip
+
     def decode_into(self, data: bytes, sample: dict, out: np.ndarray) -> np.ndarray:
         """Decode `data` (the image of `sample`, whose "index" seeds its crop) into `out`, a uint8 array of `shape`."""
-        uniforms = sample_uniforms(self.seed, self.epoch, [int(sample["index"])], _DRAWS)
+        draws = self.draws([int(sample["index"])])
 
         def box_of(width: int, height: int) -> tuple:
-            x, y, w, h = CROPS[self.crop]([width], [height], self.size, uniforms, self.scale, self.ratio)
-            return int(x[0]), int(y[0]), int(w[0]), int(h[0])
+            return tuple(int(side[0]) for side in self.boxes(draws, [width], [height]))
 
-        flip = self.flip and bool(flips(uniforms)[0])
-        return decode_crop_resize(data, box_of, out, flip, max_pixels=self.max_pixels, jpeg_decoder=self.jpeg_decoder)
+        return decode_crop_resize(data, box_of, out, bool(self.flips(draws)[0]), max_pixels=self.max_pixels,
+                                  jpeg_decoder=self.jpeg_decoder)
 
     def __call__(self, data: bytes, sample: dict) -> torch.Tensor:
         return torch.from_numpy(self.decode_into(data, sample, np.empty(self.shape, dtype=np.uint8)))
