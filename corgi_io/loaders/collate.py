@@ -53,12 +53,11 @@ class Batch(dict):
         return copied
 
     def __reduce__(self):
-        sent = {}  # one object per tensor, so that a field and its alias arrive as one tensor
-        for name, value in self.items():  # a small tensor over a pooled buffer (a partial last batch) is leased too:
-            if isinstance(value, torch.Tensor) and id(value) not in sent:  # inline, its buffer would never be released
-                lease = WORKER_BUFFERS.lease(value)
-                sent[id(value)] = lease or (value.numpy() if _travels_inline(value) else value)
-        inline = sorted(name for name, value in self.items() if isinstance(sent.get(id(value)), np.ndarray))
+        sent = {}  # what each tensor travels as, once per tensor: a field and its alias arrive as one tensor
+        for value in self.values():  # small fields inline, but not over a pooled buffer (a partial last batch):
+            if _travels_inline(value) and WORKER_BUFFERS.lease(value) is None:  # its lease is what releases it
+                sent.setdefault(id(value), value.numpy())
+        inline = sorted(name for name, value in self.items() if id(value) in sent)
         return _rebuild_batch, ({name: _leased(value, sent) for name, value in self.items()}, inline)
 
 
