@@ -20,6 +20,16 @@ def small_image_pack(root: Path) -> Path:
     return root / "pack"
 
 
+def image_pack(tmp_path_factory, name: str, n: int, block_samples: int = 4) -> Path:
+    """A pack of `n` small JPEGs and PNGs (`make_image_corpus`, no long tail) in blocks of `block_samples`, made
+    under fresh temporary folders named after `name`."""
+    source = tmp_path_factory.mktemp(f"{name}-corpus")
+    make_image_corpus(source, n, long_tail=False)
+    root = tmp_path_factory.mktemp(name) / "pack"
+    pack(source, root, PackOptions(block_samples=block_samples), progress=False)
+    return root
+
+
 def text_pack(tmp_path_factory, name: str, lengths, classes: int = 2, stem: str = "t", block_samples: int = 8) -> Path:
     """A pack of texts, sample i of `lengths[i]` words in folder ``c{i % classes}`` as ``{stem}{i:03d}.txt``, in
     blocks of `block_samples`, made under fresh temporary folders named after `name`."""

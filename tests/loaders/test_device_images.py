@@ -11,12 +11,12 @@ import pytest
 import torch
 from PIL import Image
 
-from corgi_io import ArgumentError, DecodeError, PackOptions, pack
+from corgi_io import ArgumentError, DecodeError
 from corgi_io.images.crops import CROPS, draw_numbers, sample_uniforms
 from corgi_io.loaders import CorgiPileDataset, ImageDecoder
 from corgi_io.loaders.device import _moved
 from corgi_io.loaders.device_images import EncodedImages, decode_batch
-from helpers.corpus_factory import make_image_corpus
+from helpers.packs import image_pack
 from images.test_fused import jpeg_claiming, photo, pillow_reference
 
 CPU = torch.device("cpu")
@@ -80,11 +80,7 @@ def test_a_device_that_torch_does_not_know_is_refused():
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    source = tmp_path_factory.mktemp("device-corpus")
-    make_image_corpus(source, 24, long_tail=False)
-    root = tmp_path_factory.mktemp("device-pack") / "pack"
-    pack(source, root, PackOptions(block_samples=4), progress=False)
-    return root
+    return image_pack(tmp_path_factory, "device-pack", 24)
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])

@@ -12,6 +12,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from corgi_io import DecodeError, PackOptions, pack
 from corgi_io.loaders import CorgiPileDataset, ImageDecoder, collate_samples
 from helpers.corpus_factory import make_image_corpus, png_claiming
+from helpers.packs import image_pack
 from images.test_fused import jpeg_claiming
 
 N = 40
@@ -21,11 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     """40 JPEGs and PNGs of 32..96 pixels a side, in blocks of 4."""
-    source = tmp_path_factory.mktemp("image-corpus")
-    make_image_corpus(source, N, long_tail=False)
-    root = tmp_path_factory.mktemp("image-pack") / "pack"
-    pack(source, root, PackOptions(block_samples=4), progress=False)
-    return root
+    return image_pack(tmp_path_factory, "image-pack", N)
 
 
 def payloads(root) -> dict:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import gc
 from multiprocessing.reduction import ForkingPickler
 
-import numpy as np
 import pytest
 import torch
 
@@ -54,14 +53,9 @@ def test_two_leases_of_one_buffer_received_apart_keep_it_until_both_are_dropped(
 
 @pytest.fixture(scope="module")
 def jpegs(tmp_path_factory):
-    from corgi_io import PackOptions, pack
-    from helpers.corpus_factory import make_image_corpus
+    from helpers.packs import image_pack
 
-    source = tmp_path_factory.mktemp("lease-fault-corpus")
-    make_image_corpus(source, 32, long_tail=False)
-    root = tmp_path_factory.mktemp("lease-fault-pack") / "pack"
-    pack(source, root, PackOptions(block_samples=4), progress=False)
-    return root
+    return image_pack(tmp_path_factory, "lease-fault-pack", 32)
 
 
 def with_channels_first(samples):

@@ -9,7 +9,8 @@ import torch
 
 from corgi_io import BatchError, PackOptions, pack
 from corgi_io.loaders import Batch, CorgiPileDataset, PackedBytes
-from helpers.corpus_factory import make_image_corpus, write_text
+from helpers.corpus_factory import write_text
+from helpers.packs import image_pack
 
 N_TEXTS = 200
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on a 2-core machine
@@ -101,11 +102,7 @@ def test_collate_fn_is_the_users_and_needs_batch_size(texts):
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    source = tmp_path_factory.mktemp("batch-images")
-    make_image_corpus(source, 12, long_tail=False)
-    root = tmp_path_factory.mktemp("images") / "pack"
-    pack(source, root, PackOptions(block_samples=4), progress=False)
-    return root
+    return image_pack(tmp_path_factory, "images", 12)
 
 
 def resize_to_16(image: torch.Tensor) -> np.ndarray:

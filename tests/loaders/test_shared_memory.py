@@ -67,14 +67,9 @@ def test_a_leased_batch_arrives_equal_with_its_aliases_one_tensor_and_other_tens
 
 @pytest.fixture(scope="module")
 def jpegs(tmp_path_factory):
-    from corgi_io import PackOptions, pack
-    from helpers.corpus_factory import make_image_corpus
+    from helpers.packs import image_pack
 
-    source = tmp_path_factory.mktemp("lease-corpus")
-    make_image_corpus(source, 48, long_tail=False)
-    root = tmp_path_factory.mktemp("lease-pack") / "pack"
-    pack(source, root, PackOptions(block_samples=4), progress=False)
-    return root
+    return image_pack(tmp_path_factory, "lease-pack", 48)
 
 
 def received_inodes(monkeypatch) -> list:
