@@ -57,7 +57,7 @@ class SharedBuffers:
         return whole[:nbytes].view(shape)
 
     def lease(self, tensor: torch.Tensor):
-        """What to pickle instead of `tensor`, a view of one of this pool's buffers (from `tensor`): a `Lease`,
+        """What crosses to the receiver instead of `tensor`, a view of one of this pool's buffers: a `Lease`,
         which the receiver releases when it drops the tensor; None for any other tensor."""
         pointer = tensor.untyped_storage().data_ptr()
         whole = next((whole for whole in self.buffers if whole.data_ptr() == pointer), None)
