@@ -252,6 +252,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         """This worker's samples of the epoch, its collated batches with `batch_size` or `batch_budget`, or its rows
         of tokens with `pack_length`."""
+        # Eagerly, before the first item: a persistent worker's state is saved as soon as its new iteration is
+        # made (StatefulDataLoader), and must already be that epoch's start, not the end of the last one.
+        self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
+        self._progress.begin()
         spec = self.spec  # progress counts samples: a batch boundary when a batch is out
         if spec.rows is not None:
             return self._rows()
@@ -273,11 +277,10 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         return fast_batches_apply(self.spec, self.decode, manifests)
 
     def _start(self, batch_sizes=None):
-        """(reader, plan, worker) of this worker's iteration: the epoch published to it, its reader and its buffer
+        """(reader, plan, worker) of this worker's iteration: the epoch `__iter__` took, its reader and its buffer
         plan from where it stands (a loaded state), through the remote cache when there is one.  Given a deque
         `batch_sizes`, the sizes of the plan's items (budgeted batches: a planner that counts items gives its
         plan whole) are added there."""
-        self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
         worker, num_workers = worker_and_count()
         planner = self.planner
         reader = self.last_reader = self.packs.reader(planner)

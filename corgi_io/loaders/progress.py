@@ -48,6 +48,14 @@ class Progress:
             self.current, self.yielded, self.done, self.item_ends = (epoch, [], world_size, workers, worker), 0, 0, None
         return worker_state(identity, *self.current, self.units)
 
+    def begin(self) -> None:
+        """A new iteration is made: until it plans (`start`, at its first item), this process stands at the start
+        of the dataset's current epoch, or at a loaded state still waiting, never where its last iteration ended.
+
+        Without this, a persistent DataLoader worker saved its previous epoch's end as its state in the new epoch
+        until its first batch, and a checkpoint taken then resumed that epoch without the worker's share."""
+        self.current, self.yielded, self.done, self.item_ends = None, 0, 0, None
+
     def start(self, planner: EpochPlanner, rank: int, worker: int, num_workers: int):
         """The buffer plan of a worker's iteration of `planner`'s epoch, from where it stands: a loaded state of
         that epoch is resumed by this iteration (and only by it), otherwise the epoch is whole."""
