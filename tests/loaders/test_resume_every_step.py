@@ -108,3 +108,46 @@ def test_the_first_steps_of_an_epoch_resume_exactly_for_every_kind_of_item(texts
         "samples": lambda: CorgiPileDataset(texts, buffer_blocks=2),
     }[kind]
     assert lost_or_repeated(make, workers, around_epoch_start) == {}
+
+
+TRAIN = """
+import json, os, signal, sys
+from torchdata.stateful_dataloader import StatefulDataLoader
+from corgi_io.loaders import CorgiPileDataset
+blend, kill_at, state_file = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+ds = CorgiPileDataset(blend, weights={"a": 0.6, "b": 0.4}, batch_size=5, buffer_blocks=2)
+loader = StatefulDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True, timeout=120)
+first, step = 0, 0
+if os.path.exists(state_file):
+    saved = json.load(open(state_file))
+    loader.load_state_dict(saved["loader"])
+    first = saved["epoch"]
+for epoch in range(first, 2):
+    ds.set_epoch(epoch)
+    for batch in loader:
+        print(json.dumps([epoch, batch["key"]]), flush=True)
+        step += 1
+        with open(state_file + ".tmp", "w") as f:
+            json.dump({"loader": loader.state_dict(), "epoch": epoch}, f)
+        os.replace(state_file + ".tmp", state_file)  # the commit
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_a_blend_killed_at_the_first_step_of_an_epoch_resumes_exactly_in_a_new_process(blend, tmp_path):
+    import subprocess
+    import sys
+
+    whole, _ = run(lambda: CorgiPileDataset(blend, weights={"a": 0.6, "b": 0.4}, batch_size=5, buffer_blocks=2), 2)
+    kill_at = next(k for k, (epoch, _) in enumerate(whole) if epoch == 1) + 1  # just after epoch 1's first batch
+    args = [json.dumps({name: str(path) for name, path in blend.items()}), str(kill_at), str(tmp_path / "state.json")]
+
+    def steps_of(expected_rc):
+        out = subprocess.run([sys.executable, "-c", TRAIN, *args], capture_output=True, text=True, timeout=300)
+        assert out.returncode == expected_rc, out.stderr[-2000:]
+        return [(epoch, tuple(keys)) for epoch, keys in map(json.loads, out.stdout.splitlines())]
+
+    assert steps_of(-9) == whole[:kill_at]
+    assert steps_of(0) == whole[kill_at:]
