@@ -3,7 +3,8 @@
 A blend reads S packs (sources) with weights w_s.  Its planning needs no I/O and no torch:
 
 * **Quotas.**  An epoch holds `samples_per_epoch` samples; source s gives q_s of them, the
-  largest-remainder rounding of ``w_s * samples_per_epoch`` (so ``|q_s / N - w_s| < 1 / N``).
+  largest-remainder rounding of ``w_s * samples_per_epoch``, computed exactly (so ``|q_s / N - w_s| < 1 / N``
+  and the quotas sum to N).  Weights are normalised by their largest first: extreme finite ones cannot overflow.
   Quotas do not depend on the world size, so an elastic resume keeps every later epoch's samples.
 * **Passes (epochized blending).**  Source s is read as an endless stream of passes; pass p is
   its blocks in the block order of ``(seed, BLEND_PASS * (s + 1) + p)``, so every pass has a
@@ -24,8 +25,11 @@ Cost: O(S + runs) per epoch for the virtual pack, O(rows * S) for the rows; noth
 """
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -36,12 +40,26 @@ from corgi_io.schedule.spec import BlockTable
 
 BLEND_PASS = 1 << 20  # the pass number offset that keeps a source's pass orders apart from epoch orders
 SAMPLE_ROW = 256  # the interleaving rows of a blend read as samples (no batch_size)
+MAX_EPOCH_SAMPLES = 1 << 62  # the most samples an epoch may hold: quotas and virtual ids stay int64
 
 
 def check_weights(names, weights) -> np.ndarray:
     """The weights (a mapping name -> weight, or a sequence in the order of `names`) normalised to sum 1, as
-    float64 in the order of `names`; ArgumentError for a name given twice, a weight that is missing, negative or
-    not finite, a weight for an unknown source, or all zero."""
+    float64 in the order of `names`; ArgumentError for a name given twice, a weight that is missing, not a number
+    (a bool or a string), negative or not finite, a weight for an unknown source, or all zero.
+
+    Each weight is divided by the largest before the sum is taken, so that no finite weights overflow (two of
+    1e308 summed to inf, and every weight became 0); a weight below 2**-1074 of the largest becomes 0."""
+    values = _weight_values(names, weights)
+    if not np.all(np.isfinite(values)) or np.any(values < 0) or not np.any(values > 0):
+        raise ArgumentError(f"weights must be finite, non-negative and not all zero; got {dict(zip(names, values.tolist()))}")
+    scaled = values / values.max()
+    return scaled / scaled.sum()
+
+
+def _weight_values(names, weights) -> np.ndarray:
+    """The weights as float64 in the order of `names` (not yet checked for range); ArgumentError for a name given
+    twice, weights that do not name exactly the sources, or a weight that is not a number."""
     names = list(names)
     if len(set(names)) != len(names):
         raise ArgumentError(f"sources {names} name a source twice")
@@ -53,23 +71,37 @@ def check_weights(names, weights) -> np.ndarray:
     unknown = sorted(set(weights) - set(names))
     if unknown or set(names) - set(weights):
         raise ArgumentError(f"weights must name exactly the sources {names}; got {sorted(weights)}")
+    given = [weights[name] for name in names]
+    if any(isinstance(w, bool) or not isinstance(w, numbers.Real) for w in given):
+        raise ArgumentError(f"weights must be numbers; got {dict(zip(names, given))}")
+    return np.array([_as_float(w) for w in given], dtype=np.float64)
+
+
+def _as_float(weight) -> float:
+    """A real number as a float; one beyond the float range (an int of 400 digits) as an infinity of its sign."""
     try:
-        values = np.array([weights[name] for name in names], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ArgumentError(f"weights must be numbers; got {weights}") from None
-    if not np.all(np.isfinite(values)) or np.any(values < 0) or values.sum() <= 0:
-        raise ArgumentError(f"weights must be finite, non-negative and not all zero; got {dict(zip(names, values.tolist()))}")
-    return values / values.sum()
+        return float(weight)
+    except OverflowError:
+        return math.inf if weight > 0 else -math.inf
 
 
 def epoch_quotas(weights: np.ndarray, samples_per_epoch: int) -> np.ndarray:
-    """Samples each source gives per epoch: the largest-remainder rounding of ``weights * samples_per_epoch``
-    (int64, summing to `samples_per_epoch`; ties go to the earlier source)."""
-    exact = np.asarray(weights, np.float64) * int(samples_per_epoch)
-    quotas = np.floor(exact).astype(np.int64)
-    short = int(samples_per_epoch) - int(quotas.sum())
-    quotas[np.argsort(-(exact - quotas), kind="stable")[:short]] += 1
-    return quotas
+    """Samples each source gives per epoch (int64, summing to `samples_per_epoch`): the largest-remainder rounding
+    of each exact share ``w_s * N / sum(w)``, in exact rational arithmetic (so the bound ``|q_s - share_s| < 1``
+    and the sum hold for any N up to MAX_EPOCH_SAMPLES); ties go to the earlier source.  O(S)."""
+    n = samples_per_epoch
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= MAX_EPOCH_SAMPLES:
+        raise ArgumentError(f"samples per epoch must be an int in [0, {MAX_EPOCH_SAMPLES}], got {n!r}")
+    shares = [Fraction(w) for w in np.asarray(weights, np.float64).tolist()]
+    total = sum(shares)
+    if not total > 0:
+        raise ArgumentError(f"weights must not be all zero; got {np.asarray(weights).tolist()}")
+    shares = [share * int(n) / total for share in shares]
+    quotas = [math.floor(share) for share in shares]
+    short = int(n) - sum(quotas)  # 0 <= short < S: each floor is within one of its share, and the shares sum to N
+    for s in sorted(range(len(shares)), key=lambda s: quotas[s] - shares[s])[:short]:  # stable: ties to the earlier
+        quotas[s] += 1
+    return np.array(quotas, np.int64)
 
 
 def pass_runs(table: BlockTable, seed: int, source: int, start: int, stop: int,
