@@ -12,6 +12,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers.http_server import NginxServer, nginx_binary  # noqa: E402
+from helpers.memory import MemoryRecorder  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption("--memory-report", metavar="FILE", help="write each test's peak and after-RSS (MiB) as JSON lines")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(MemoryRecorder(config.getoption("--memory-report")), "corgi-memory")
 
 
 @pytest.fixture
