@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from corgi_io.reading.cache import PieceCache
+from corgi_io.reading.cache import PieceCache, warn_disk_full
 from corgi_io.reading.verify import PieceVerifier
 from corgi_io.schedule.eviction import CacheBook
-from corgi_io.storage.cache_folder import CacheFolder
+from corgi_io.storage.cache_folder import CacheFolder, disk_full
 
 FINGERPRINT_CHARS = 16  # of the pack's fingerprint, naming its folder in cache_dir
 
@@ -30,14 +30,26 @@ class RemoteCache:
         return {"spec": self.spec, "_cache": None, "_pid": None}
 
     def for_reading(self, manifest, storage, pack: str) -> PieceCache | None:
-        """This process's cache of the pack of fingerprint `pack`, or None: no cache_dir, or a local pack."""
+        """This process's cache of the pack of fingerprint `pack`, or None: no cache_dir, a local pack, or a
+        folder that a full disk left uncreated (warned once)."""
         if self.spec.cache_dir is None or storage.local_path("") is not None:
             return None
         if self._pid != os.getpid():
-            folder = CacheFolder(os.path.join(self.spec.cache_dir, pack[:FINGERPRINT_CHARS]))
-            book = CacheBook(self.spec.cache_policy, self.spec.cache_limit)
-            self._cache, self._pid = PieceCache(folder, book, PieceVerifier(manifest, storage)), os.getpid()
+            self._cache, self._pid = self._open(manifest, storage, pack), os.getpid()
         return self._cache
+
+    def _open(self, manifest, storage, pack: str) -> PieceCache | None:
+        """A new `PieceCache` in the pack's folder of `cache_dir`; None, with the warning, when the disk is full."""
+        path = os.path.join(self.spec.cache_dir, pack[:FINGERPRINT_CHARS])
+        try:
+            folder = CacheFolder(path)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            warn_disk_full(path, exc)
+            return None
+        return PieceCache(folder, CacheBook(self.spec.cache_policy, self.spec.cache_limit),
+                          PieceVerifier(manifest, storage))
 
 
 def cached_epoch(readers, plan, local, next_plan, next_local, prefetch: int):

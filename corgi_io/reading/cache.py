@@ -9,12 +9,28 @@ and fetches nothing.  Several processes share one folder: a piece being fetched 
 that nobody fetches it twice at once, and the sizes are listed and changed under the folder's
 lock, so that the limit holds for all of them.  `warm` fetches pieces for later in a background
 thread (the next epoch's first pieces, while this epoch ends).
+
+A full disk (ENOSPC, EDQUOT) never
+stops the reads: the first write that meets one warns once, naming the folder, and this cache
+writes nothing more for the rest of its process (it still reads what is cached).  Retrying
+would write and delete a whole piece per fetch to learn the disk is still full, and evicting
+for room would delete pieces the other processes of the folder count on; a new process (the
+next epoch's non-persistent workers, the next run) tries again.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+import warnings
 
 from corgi_io.errors import CorgiError, CorruptDataError
+from corgi_io.storage.cache_folder import disk_full
+
+
+def warn_disk_full(path, exc: OSError) -> None:
+    """The one warning of a cache that stops writing: its folder and the disk's error, on one line."""
+    warnings.warn(f"{path}: cache disk full ({exc.strerror or exc}): this process reads on without caching "
+                  f"(free space, or lower cache_limit below the disk's free space)", stacklevel=2)
 
 
 def piece_key(piece) -> str:
@@ -26,12 +42,13 @@ def piece_key(piece) -> str:
 class PieceCache:
     """Pieces of one pack kept in a `CacheFolder` under a `CacheBook`'s policy, checked by a `PieceVerifier`
     when fetched (before they are written) and whenever they are read back.  Counts its hits, fetches and
-    refetches (cached files that failed their check)."""
+    refetches (cached files that failed their check); `writing` turns False for good on a full disk."""
 
     def __init__(self, folder, book, verifier):
         self.folder, self.book, self.verifier = folder, book, verifier
         self.hits = self.fetches = self.refetches = 0
-        self._lock = threading.Lock()  # the book and the counters, shared by the reading threads
+        self.writing = True
+        self._lock = threading.Lock()  # the book, the counters and `writing`, shared by the reading threads
         self._warming = None  # the latest `warm` thread
 
     def plan(self, pieces) -> None:
@@ -47,11 +64,13 @@ class PieceCache:
         """
         key = piece_key(piece)
         data = self._cached(piece, key, remove_bad=False)
-        if data is None:
-            with self.folder.fetching(key):
+        if data is None and self.writing:
+            with self._disk_full_stops_writing(), self.folder.fetching(key):
                 data = self._cached(piece, key, remove_bad=True)  # another process may just have fetched it
                 if data is None:
                     return self._fetch(piece, key, fetch, advance)
+        if data is None:  # not writing (the disk is full): no lock for the others to wait on
+            return self._fetch(piece, key, fetch, advance)
         with self._lock:
             self.hits += 1
             self.book.access(key, advance)
@@ -74,19 +93,39 @@ class PieceCache:
         return data
 
     def _fetch(self, piece, key: str, fetch, advance: bool) -> bytes:
-        """Fetch and check the piece, then, under the folder's lock, evict what the policy says and keep it."""
+        """Fetch and check the piece, then keep it if writing."""
         data = fetch()
         self.verifier.check_piece(piece, data)
+        with self._lock:
+            self.fetches += 1
+        if self.writing:
+            with self._disk_full_stops_writing():
+                self._keep(key, data, advance)
+        return data
+
+    def _keep(self, key: str, data: bytes, advance: bool) -> None:
+        """Under the folder's lock, evict what the policy says for the fetched piece `key` and write it if admitted."""
         with self.folder.accounting():
             with self._lock:
-                self.fetches += 1
                 self.book.access(key, advance)
                 decision = self.book.decide(key, len(data), self.folder.sizes())
             for victim in decision.evict:
                 self.folder.remove(victim)
             if decision.admit:
                 self.folder.write(key, data)
-        return data
+
+    @contextlib.contextmanager
+    def _disk_full_stops_writing(self):
+        """Swallow a full disk's OSError (ENOSPC, EDQUOT), stop writing, and warn the first time."""
+        try:
+            yield
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            with self._lock:
+                first, self.writing = self.writing, False
+            if first:
+                warn_disk_full(self.folder.path, exc)
 
     def warm(self, items) -> None:
         """Fetch `items` ((piece, bytes, fetch) each) into the cache in a background thread, without moving the
@@ -111,7 +150,9 @@ class PieceCache:
             self._warming.join()
 
     def _worth_fetching(self, key: str, nbytes: int) -> bool:
-        """Whether a prefetch of `key` would be kept: not cached yet, and admitted by the policy as things stand."""
+        """Whether a prefetch of `key` would be kept: writing, not cached, and admitted by the policy now."""
+        if not self.writing:
+            return False
         sizes = self.folder.sizes()
         if key in sizes:
             return False

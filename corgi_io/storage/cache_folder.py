@@ -7,11 +7,15 @@ lock file in the folder (the kernel drops it when its holder dies, so a killed p
 stale lock): `fetching(key)`, one per piece, so that one process fetches a piece while the others
 wait and then find its file; and `accounting()`, the folder's, held while the sizes are listed,
 victims deleted and a new file put in place, so that the limit holds across processes.  Names
-that start with "." (lock files, temporary files) are not pieces and count for nothing.
+that start with "." (lock files, temporary files) are not pieces and count for nothing.  A full
+disk (`disk_full`: ENOSPC, EDQUOT) is raised as the OSError it is, from whatever creates a file or
+the folder, so that the caller can stop caching instead of stopping the reads; a write that
+meets it leaves no temporary file behind.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -19,15 +23,24 @@ from pathlib import Path
 from corgi_io.errors import StorageError
 from corgi_io.storage.atomic import write_atomic
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the user's quota on it) has no room left."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
 
 class CacheFolder:
-    """The files of one pack's cached pieces under `path` (created if missing)."""
+    """The files of one pack's cached pieces under `path` (created if missing; a full disk raises its OSError)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            if disk_full(exc):
+                raise
             raise StorageError(f"{self.path}: cannot create the cache folder: {exc.strerror or exc}") from exc
 
     def read(self, key: str) -> bytes | None:
