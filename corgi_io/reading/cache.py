@@ -10,7 +10,9 @@ that nobody fetches it twice at once, and the sizes are listed and changed under
 lock, so that the limit holds for all of them.  `warm` fetches pieces for later in a background
 thread (the next epoch's first pieces, while this epoch ends).
 
-A full disk (ENOSPC, EDQUOT) never
+A shard's size is checked against the manifest on its first *fetch* in this process, not on
+its first read: a piece served from the cache passed its checksums against this manifest, so
+an epoch read wholly from the cache needs no server.  A full disk (ENOSPC, EDQUOT) never
 stops the reads: the first write that meets one warns once, naming the folder, and this cache
 writes nothing more for the rest of its process (it still reads what is cached).  Retrying
 would write and delete a whole piece per fetch to learn the disk is still full, and evicting
@@ -93,7 +95,8 @@ class PieceCache:
         return data
 
     def _fetch(self, piece, key: str, fetch, advance: bool) -> bytes:
-        """Fetch and check the piece, then keep it if writing."""
+        """Fetch and check the piece (its shard's size first, once per process), then keep it if writing."""
+        self.verifier.check_size_of(piece)
         data = fetch()
         self.verifier.check_piece(piece, data)
         with self._lock:

@@ -119,7 +119,7 @@ class PieceReader:
         buffer of the piece's length to read into instead (local storage, no cache), returned filled."""
         _, start, stop = piece
         self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
-        if self.verifier is not None:
+        if self.verifier is not None and self.cache is None:  # the cache sizes a shard on its first fetch
             self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
         path, offset, length = self.byte_range(piece)
         if into is not None:

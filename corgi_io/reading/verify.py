@@ -6,7 +6,9 @@ the piece's samples can be yielded:
 * the first read of each shard (per process) compares the shard's size with the manifest's,
   so a truncated, extended or swapped shard fails before its samples are used, without a
   metadata call per shard at start-up (at 100 TB in 512 MiB shards that would be ~190k stat
-  or HEAD calls per rank);
+  or HEAD calls per rank); through a cache of remote pieces, the first *fetch* of each shard
+  (`corgi_io.reading.cache`): a piece served from the cache is the manifest's bytes by its
+  checksums, so an epoch read wholly from the cache asks the server nothing;
 * every record's checksum is compared with the manifest's.  Version-2 checksums run through
   each block (see checksum.py), so a whole piece is checked with one CRC32C call that releases
   the GIL; only a piece that fails is walked record by record, to name the first bad one.
@@ -49,6 +51,10 @@ class PieceVerifier:
                                    offset=offset)
         with self._lock:
             self._sized.add(shard_id)
+
+    def check_size_of(self, piece) -> None:
+        """`check_shard_size` of the shard that holds `piece` (block, start, stop)."""
+        self.check_shard_size(int(self.manifest.samples.shard[int(piece[1])]))
 
     def check_piece(self, piece, data: bytes) -> None:
         """Raise CorruptDataError at the first record of `piece` (block, start, stop) whose checksum differs.
