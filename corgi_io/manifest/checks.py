@@ -26,9 +26,10 @@ from corgi_io.formats import FORMATS
 from corgi_io.manifest.checksum import CHECKSUMS
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
+from corgi_io.manifest.schema import MAX_SKIP_REASONS, SKIPS_SINCE
 
 KINDS = ("image", "video", "text")
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 MAX_FIELDS = 64  # bits of the sample_fields column
 MAX_HEAD_BYTES = 1 << 30
 MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
@@ -91,11 +92,43 @@ def parse_head(raw: bytes, where: str) -> dict:
         _fail(where, "options must be an object")
     parsed = {"version": version, "format": head["format"], "options": head["options"],
               "labels": _list_of(head["labels"], str, where, "labels"),
-              "skipped": _list_of(head["skipped"], dict, where, "skipped"),
+              "skipped": (_parse_skip_summary(head["skipped"], where) if version >= SKIPS_SINCE
+                          else _parse_skip_list(head["skipped"], where)),
               "shards": _parse_shards(head["shards"], where)}
     parsed.update(_parse_v1_fields(head, where) if version == 1 else _parse_v2_fields(head, where))
     parsed.update(_parse_fields(head, where) if version >= 3 else {"fields": parsed["extensions"], "max_fields": 1})
     return parsed
+
+
+def _parse_skip_list(records, where: str) -> list:
+    """The skip records a head listed before version 4, each checked (and given as listed, no copy made)."""
+    for i, record in enumerate(_list_of(records, dict, where, "skipped")):
+        check_skip_record(record, f"{where}: skipped[{i}]")
+    return records
+
+
+def check_skip_record(record, where: str) -> dict:
+    """A skip record ({"path", "reason"}, UTF-8 strings; other keys dropped), or ManifestError naming `where`."""
+    if not isinstance(record, dict) or not _is_text(record.get("path")) or not _is_text(record.get("reason")):
+        _fail(where, f"a skip record must be an object with a string path and reason, not {SHORT.repr(record)}")
+    return {"path": record["path"], "reason": record["reason"]}
+
+
+def _parse_skip_summary(summary, where: str) -> dict:
+    """A version-4 head's summary of the skip records: their count, the skip file's bytes and at most
+    MAX_SKIP_REASONS reasons with their counts (each in [1, count], adding up to at most count)."""
+    if not isinstance(summary, dict):
+        _fail(where, "skipped must be an object of count, bytes and reasons")
+    count = _integer(summary.get("count"), where, "skipped.count", most=MAX_ROWS)
+    size = _integer(summary.get("bytes"), where, "skipped.bytes")
+    reasons = summary.get("reasons")
+    if not isinstance(reasons, dict) or len(reasons) > MAX_SKIP_REASONS or not all(map(_is_text, reasons)):
+        _fail(where, f"skipped.reasons must be an object of at most {MAX_SKIP_REASONS} reasons")
+    for reason, n in reasons.items():
+        _integer(n, where, f"skipped.reasons[{SHORT.repr(reason)}]", 1, count)
+    if sum(reasons.values()) > count or (count == 0) != (size == 0):
+        _fail(where, f"skipped counts {count} records in {size} bytes, of which {sum(reasons.values())} by reason")
+    return {"count": count, "bytes": size, "reasons": reasons}
 
 
 def _parse_fields(head: dict, where: str) -> dict:

@@ -3,8 +3,10 @@
 A pack directory holds, beside its shards:
 
 * ``manifest.json`` - the head: format version, shard format, creation options, label and
-  extension indexes, the checksum function, shards, skipped inputs, and the row counts of
-  the columns.  Human-readable.
+  extension indexes, the checksum function, shards, a summary of the skipped inputs, and the
+  row counts of the columns.  Human-readable.
+* ``columns/skipped.jsonl`` - the skip records, a ``{"path", "reason"}`` line each (version 4 on;
+  before, the head listed them), read only when asked (`Manifest.skip_records`: skips.py).
 * ``columns/<name>.npy`` - one flat, uncompressed array per per-sample or per-block column
   (and the keys as one UTF-8 blob plus offsets).  Local packs memory-map them, so opening a
   pack does not copy them and every process on a node shares one page cache; remote packs
@@ -34,8 +36,9 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, V1_COLUMNS_NAME,
-                                      column_path, column_schema, declared_rows, sample_columns)
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, SKIPS_PATH, SKIPS_SINCE,
+                                      V1_COLUMNS_NAME, column_path, column_schema, declared_rows, sample_columns)
+from corgi_io.manifest.skips import head_summary, read_skip_records
 from corgi_io.manifest.tables import Columns, ShardTable
 from corgi_io.manifest.checks import KINDS, MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
 
@@ -59,7 +62,7 @@ class Manifest:
     labels: list
     extensions: list
     shards: ShardTable
-    skipped: list
+    skips: dict        # summary of the skip records: count, reasons {reason: count} (and the skip file's bytes)
     samples: Columns
     blocks: Columns
     key_blob: np.ndarray = field(repr=False)
@@ -76,6 +79,24 @@ class Manifest:
     @property
     def num_samples(self) -> int:
         return len(self.key_offsets) - 1
+
+    def skip_records(self):
+        """Each skip record ({"path", "reason"}: an input the pack did not pack, and why), read from the pack a
+        line at a time when asked and checked against the head's summary (ManifestError naming the file and
+        byte offset).  An opened Manifest holds only the summary (`skips`), whatever the records' number."""
+        from corgi_io.storage import open_storage
+
+        with open_storage(self.root, **self.storage_options) as storage:
+            if self.version >= SKIPS_SINCE:
+                yield from read_skip_records(storage, self.skips, storage.url(SKIPS_PATH))
+            else:  # the head lists them: parsed again, not kept
+                raw = _read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES)
+                yield from parse_head(raw, storage.url(HEAD_NAME))["skipped"]
+
+    @property
+    def skipped(self) -> list:
+        """Every skip record as a list (all read at once: `skip_records` streams them)."""
+        return list(self.skip_records())
 
     def validate_rows(self, start: int = 0, stop: int | None = None) -> None:
         """Check the per-sample rows of every block holding a sample in [start, stop) (all by default).
@@ -223,7 +244,7 @@ def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: st
     blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
     return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
                     options=head["options"], labels=head["labels"], extensions=head["extensions"],
-                    shards=ShardTable(*head["shards"]), skipped=head["skipped"], samples=samples,
+                    shards=ShardTable(*head["shards"]), skips=head_summary(head), samples=samples,
                     blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
                     storage_options=storage_options, columns_url=where,
                     rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool), fields=head["fields"],

@@ -5,11 +5,15 @@ import numpy as np
 
 
 
-MANIFEST_VERSION = 3  # 3 added sample_fields and the head's fields and max_fields; 1 and 2 still open
+MANIFEST_VERSION = 4  # 3 added sample_fields and the head's fields and max_fields; 4 moved the skip records out of
+                      # the head into SKIPS_PATH (the head keeps their summary); 1 to 3 still open
 HEAD_NAME = "manifest.json"
 COLUMNS_DIR = "columns"
 V1_COLUMNS_NAME = "manifest.npz"
 PACK_METADATA = (HEAD_NAME, COLUMNS_DIR, V1_COLUMNS_NAME)  # everything in OUTPUT that is not a shard
+SKIPS_PATH = f"{COLUMNS_DIR}/skipped.jsonl"  # the skip records, a JSON object a line (version 4 on)
+SKIPS_SINCE = 4           # the first version whose head summarises the skip records instead of listing them
+MAX_SKIP_REASONS = 64     # reasons counted by name in the head's summary of the skip records
 
 SAMPLE_COLUMNS = {
     "label": np.int32,        # class id into the head's labels, -1 when unlabeled

@@ -58,7 +58,7 @@ class PackProgress:
     def close(self) -> None:
         if self.warned > MAX_WARNINGS:
             tqdm.write(f"corgi pack: warning: skipped {self.warned - MAX_WARNINGS} more files, not shown; "
-                       "manifest.json lists every skipped input with its reason", file=sys.stderr)
+                       "columns/skipped.jsonl lists every skipped input with its reason", file=sys.stderr)
         if self.bar is not None:
             self.bar.close()
 

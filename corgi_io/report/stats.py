@@ -57,8 +57,9 @@ def summarize(m: Manifest) -> dict:
         "blocks": len(b),
         "bytes": int(sum(shard_bytes)),
         "payload_bytes": int(s.bytes.sum()),
-        "skipped": len(m.skipped),
-        "duplicates": sum(1 for entry in m.skipped if entry.get("reason") == DUPLICATE_REASON),
+        "skipped": m.skips["count"],  # the head's summary: the records themselves are not read
+        "duplicates": m.skips["reasons"].get(DUPLICATE_REASON, 0),
+        "skip_reasons": m.skips["reasons"],  # the head's most frequent reasons, with their counts
         "labels": len(m.labels),
         "fields": dict(zip(m.fields, m.field_counts())),  # field name -> samples holding it
         "size": describe(s.size),

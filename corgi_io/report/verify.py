@@ -17,6 +17,7 @@ problem: its blocks past the end are not read.  All problems are counted; the fi
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 from dataclasses import asdict, dataclass, field
 
@@ -80,10 +81,12 @@ def verify(dataset, progress: bool | None = None, max_errors: int = 20, jobs: in
 
     `jobs` > 1 checks shards in that many processes; the report is the same as with one.
     `max_pixels`: also report each image sample recorded with more pixels (None: sizes are not checked).
-    A malformed manifest raises ManifestError.  `progress`: a tqdm bar (None: when on a terminal).
+    A malformed manifest (its skip records included) raises ManifestError.  `progress`: a tqdm bar (None: when on
+    a terminal).
     """
     m = open_manifest(dataset, storage_options)
     m.validate_rows()  # every per-sample row: opening a pack checks only its block and shard tables
+    collections.deque(m.skip_records(), maxlen=0)  # every skip record, a line at a time, against the head's counts
     report = VerifyReport(max_errors=max_errors)
     with _shard_reports(m, jobs, max_errors, storage_options, max_pixels) as reports, \
             tqdm(total=sum(sh.bytes for sh in m.shards), unit="B", unit_scale=True, desc="verify",

@@ -20,7 +20,7 @@ def test_head_fields(packed_mixed, mixed_corpus, fmt):
     assert head["corgi_manifest_version"] == MANIFEST_VERSION
     assert head["format"] == fmt
     assert head["labels"] == ["bird", "cat", "dog"]
-    assert head["skipped"] == []
+    assert head["skipped"] == {"count": 0, "bytes": 0, "reasons": {}}
     assert head["options"]["format"] == fmt and head["options"]["block_samples"] == 3
     assert head["options"]["shard_bytes"] == 40 << 10 and head["options"]["block_bytes"] == 24 << 10
     assert head["options"]["order"] == "shuffle" and head["options"]["seed"] == 0
