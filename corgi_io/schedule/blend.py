@@ -50,9 +50,11 @@ def check_weights(names, weights) -> np.ndarray:
 
     Each weight is divided by the largest before the sum is taken, so that no finite weights overflow (two of
     1e308 summed to inf, and every weight became 0); a weight below 2**-1074 of the largest becomes 0."""
+    names = list(names)
     values = _weight_values(names, weights)
     if not np.all(np.isfinite(values)) or np.any(values < 0) or not np.any(values > 0):
-        raise ArgumentError(f"weights must be finite, non-negative and not all zero; got {dict(zip(names, values.tolist()))}")
+        raise ArgumentError("weights must be finite, non-negative and not all zero; "
+                            f"got {dict(zip(names, values.tolist()))}")
     scaled = values / values.max()
     return scaled / scaled.sum()
 
@@ -60,7 +62,6 @@ def check_weights(names, weights) -> np.ndarray:
 def _weight_values(names, weights) -> np.ndarray:
     """The weights as float64 in the order of `names` (not yet checked for range); ArgumentError for a name given
     twice, weights that do not name exactly the sources, or a weight that is not a number."""
-    names = list(names)
     if len(set(names)) != len(names):
         raise ArgumentError(f"sources {names} name a source twice")
     if not isinstance(weights, Mapping):  # a sequence in the order of `names`
