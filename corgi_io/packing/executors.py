@@ -14,20 +14,34 @@ Progress: a task calls `report(samples, nbytes)` as it goes; an executor that ca
 calls to the driver passes them to `progress(samples, nbytes)` live.  One that cannot (a remote
 worker) calls ``progress(*result.progress)`` when each task's result arrives instead.
 
+Deaths and hangs: a pool worker says what it is on (`working_on`: the task, then each sample) and
+when it runs a user's code (`running_user_code`, around each --map call) on a `WorkerBoard`.  A
+worker that dies (os._exit, a segfault, an OOM kill) fails the pack with one line naming its
+sample; one that runs user code longer than `timeout` seconds is killed, and named the same way.
+A pack that runs user code therefore uses a pool even for one worker (`isolate`): the code cannot
+take the driver down with it, unreported.  On Dask, the cluster's retries handle lost workers.
+
 `open_executor` picks one: a Dask client when given (imported only then), else the local pool.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import signal
+import time
 from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from corgi_io.errors import PackError
-from corgi_io.processes import worker_pool
+from corgi_io.processes import WorkerBoard, worker_pool
 
 TASKS_AHEAD = 2    # tasks queued per worker process
-POLL_SECONDS = 0.2  # how often the driver relays the workers' progress
+POLL_SECONDS = 0.2  # how often the driver relays the workers' progress and checks their user code's time
+RESUME_HINT = "no manifest written; finished shards are kept: rerun the same command to resume"
 
-_sink = None  # where `report` goes in this process: a callable, or a shared (samples, bytes) counter
+_sink = None   # where `report` goes in this process: a callable, or a shared (samples, bytes) counter
+_board = None  # this pool worker's WorkerBoard (None: not watched)
 
 
 def report(samples: int, nbytes: int) -> None:
@@ -42,16 +56,46 @@ def report(samples: int, nbytes: int) -> None:
         _sink[1] += nbytes
 
 
-def _count_into(counter) -> None:
-    global _sink
-    _sink = counter
+def working_on(key: str, where: str) -> None:
+    """Tell the driver that this worker is on sample `key` of `where` (a file): named if the worker dies."""
+    if _board is not None:
+        _board.note(f"sample {key!r} of {where}")
 
 
-def open_executor(workers: int, client=None):
+@contextlib.contextmanager
+def running_user_code():
+    """Mark the body as a user's code (a --map call): the driver stops a worker that stays in it too long."""
+    board = _board
+    if board is not None:
+        board.user_code(time.monotonic())
+    try:
+        yield
+    finally:
+        if board is not None:
+            board.user_code(0.0)
+
+
+def _start_watched(counter, board: WorkerBoard) -> None:
+    """A pool worker's start: its progress goes to `counter`, what it is on to its slot of `board`."""
+    global _sink, _board
+    _sink, _board = counter, board
+    board.claim()
+
+
+def _run_watched(function, task):
+    """function(task) in a pool worker, the task named on the board until its first sample is."""
+    if _board is not None:
+        _board.note(str(getattr(task, "path", task)))
+    return function(task)
+
+
+def open_executor(workers: int, client=None, *, isolate: bool = False, timeout: float | None = None):
     """The executor for `workers` local processes, or for the Dask cluster of `client` (a
-    ``distributed.Client``; `workers` must then be left at 1: the cluster's workers write)."""
+    ``distributed.Client``; `workers` must then be left at 1: the cluster's workers write).  `isolate`: run the
+    tasks in a pool even for one worker (they run user code); `timeout`: the most seconds a user's code may run
+    on one sample in a local worker (None: no limit)."""
     if client is None:
-        return LocalExecutor(workers)
+        return LocalExecutor(workers, isolate=isolate, timeout=timeout)
     if workers != 1:
         raise PackError(f"workers={workers} is for the local pool; with a Dask client the cluster's workers "
                         "write the shards (size the cluster instead)")
@@ -61,16 +105,20 @@ def open_executor(workers: int, client=None):
 
 
 class LocalExecutor:
-    """Tasks in this process (`workers` <= 1) or in a pool of `workers` forked processes that die with it."""
+    """Tasks in this process (`workers` <= 1, unless `isolate`) or in a pool of `workers` forked processes that die
+    with it; a worker that dies, or stays longer than `timeout` seconds in user code, fails the run naming its
+    sample (see the module docstring)."""
 
-    def __init__(self, workers: int):
-        self.workers = workers
-        self._pool = self._counter = None
+    def __init__(self, workers: int, *, isolate: bool = False, timeout: float | None = None):
+        self.workers, self.isolate, self.timeout = max(1, workers), isolate, timeout
+        self._pool = self._counter = self._board = None
+        self._stopped = None  # (pid, why) of the worker the driver killed, or None
 
     def __enter__(self):
-        if self.workers > 1:
-            self._counter = multiprocessing.get_context("fork").Array("q", 2)
-            self._pool = worker_pool(self.workers, _count_into, (self._counter,))
+        if self.workers > 1 or self.isolate:
+            context = multiprocessing.get_context("fork")
+            self._counter, self._board = context.Array("q", 2), WorkerBoard(self.workers, context)
+            self._pool = worker_pool(self.workers, _start_watched, (self._counter, self._board))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -86,13 +134,18 @@ class LocalExecutor:
         tasks, pending, relayed = iter(tasks), set(), [0, 0]
         while True:
             while len(pending) < self.workers * TASKS_AHEAD and (task := next(tasks, None)) is not None:
-                pending.add(self._pool.submit(function, task))
+                pending.add(self._pool.submit(_run_watched, function, task))
             if not pending:
                 return
             done, pending = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
             self._relay(progress, relayed)
+            self._stop_overdue()
             for future in done:
-                yield future.result()
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise self._died() from None
+                yield result
 
     @staticmethod
     def _run_here(function, tasks, progress):
@@ -111,3 +164,44 @@ class LocalExecutor:
         if progress is not None and counts != relayed:
             progress(counts[0] - relayed[0], counts[1] - relayed[1])
         relayed[:] = counts
+
+    def _stop_overdue(self) -> None:
+        """Kill the first worker in user code for longer than `timeout` seconds (its task then fails the pool)."""
+        if not self.timeout or self._stopped is not None:
+            return
+        now = time.monotonic()
+        for pid, (since, where) in self._board.entries().items():
+            if since and now - since > self.timeout:
+                self._stopped = pid, f"was stopped: the --map function ran longer than --map-timeout {self.timeout:g} s"
+                os.kill(pid, signal.SIGKILL)
+                return
+
+    def _died(self) -> PackError:
+        """The one-line error of a broken pool: the worker that died (or was stopped), how, and its sample."""
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())  # before shutdown forgets them
+        self._pool.shutdown(wait=True)
+        self._pool = None
+        board = self._board.entries()
+        if self._stopped is not None:
+            pid, why = self._stopped
+        else:
+            pid, why = _culprit(processes)
+        where = board.get(pid, (0.0, ""))[1] or "a task"
+        return PackError(f"{where}: worker process {pid} {why}; {RESUME_HINT}")
+
+
+def _culprit(processes: list) -> tuple:
+    """(pid, how it ended) of the pool worker whose death broke the pool: the one that did not end by the SIGTERM
+    the pool sends the others once one has died (else the first that ended)."""
+    ended = [process for process in processes if process.exitcode is not None]
+    if not ended:
+        return None, "died"
+    process = next((p for p in ended if p.exitcode != -signal.SIGTERM), ended[0])
+    code = process.exitcode
+    if code >= 0:
+        return process.pid, f"exited with code {code} while packing it"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    return process.pid, f"was killed by signal {name} while packing it"
