@@ -13,6 +13,7 @@ from corgi_io.cli.errors import one_line_errors
 from corgi_io.formats import FORMATS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
+from corgi_io.packing.pipeline import DEFAULT_MAP_TIMEOUT
 from corgi_io.packing.plan import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.sources import FORMS
 from corgi_io.packing.transforms.image import IMAGE_FORMATS
@@ -130,9 +131,17 @@ def check_dask_address(ctx, param, value):
 @click.option("--map", "map_function", metavar="MODULE:FUNCTION",
               help="Preprocess at pack time with your own function, called in the workers as function(fields, key) "
                    "with each sample's {field: bytes}; it returns the sample's new fields (it may add, replace or "
-                   "remove fields) or None to drop the sample (a recorded skip). An exception skips the sample, or "
-                   "fails the pack under --strict. MODULE must be importable by every worker. Runs before "
+                   "remove fields; bytes-like values are taken as bytes) or None to drop the sample (a recorded "
+                   "skip). An exception (sys.exit too), a field with a reserved name (cls, data, ext, fields, index, "
+                   "key, kind, label, size, source) or one above --max-sample-bytes skips the sample, or fails the "
+                   "pack under --strict. MODULE must be importable by every worker; the map runs in worker "
+                   "processes even with --workers 1, so that one that crashes is named. Runs before "
                    "--image-max-side and --tokenizer.")
+@click.option("--map-timeout", type=click.FloatRange(min=0), default=DEFAULT_MAP_TIMEOUT, metavar="SECONDS",
+              show_default=True,
+              help="Fail the pack, naming the sample, when one --map call runs longer than this (a hung map would "
+                   "hang the pack). The default allows minutes of work per sample (a model run on a video, say) and "
+                   "still ends a hung pack within ten minutes. 0: no limit. Not enforced on --dask.")
 @click.option("--dedup", is_flag=True,
               help="Leave out every sample whose primary field's bytes (as read, before --map and the other "
                    "transforms) equal an earlier sample's in pack order: a hashing pass (BLAKE2b-128) reads every "
@@ -150,7 +159,7 @@ def check_dask_address(ctx, param, value):
 def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file,
                  block_samples, block_bytes, shard_bytes, order, seed, workers, dask_address, size_fn, max_pixels,
                  max_sample_bytes, image_max_side, image_format, image_quality, tokenizer, drop_text, map_function,
-                 dedup, min_size, max_size, strict, overwrite):
+                 map_timeout, dedup, min_size, max_size, strict, overwrite):
     """Pack SOURCE into shards and a manifest in OUTPUT: a folder tree or a .csv/.jsonl listing of raw files,
     or existing WebDataset tars, TFRecord files, Parquet or JSONL tables (see --from).
 
@@ -180,7 +189,7 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
                               map_function=map_function, dedup=dedup)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
-                        strict=strict, overwrite=overwrite)
+                        strict=strict, overwrite=overwrite, map_timeout=map_timeout)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
                f"and {counted(len(manifest.shards), 'shard')} in {output} ({len(manifest.skipped)} skipped)")
 

@@ -25,11 +25,13 @@ from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.user_code import load_function
 from corgi_io.packing.table import Table, read_rows
 from corgi_io.packing.field_masks import TaskNames
-from corgi_io.packing.sample import PackSample, default_primary, field_kind
-from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
+from corgi_io.packing.sample import PackSample
+from corgi_io.packing.sample_rules import OutputRules
+from corgi_io.packing.transforms import Drop
 from corgi_io.packing.walk import field_name, printable
 
 ROWS_AT_ONCE = 4096  # table rows a task reads at a time (whole blocks, at least one)
+WRITE_BYTES = 4 << 20  # encoded records handed to the shard file at a time (and one more write in flight)
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,8 @@ class ShardTask:
     strict: bool
     max_pixels: int | None   # PackOptions' input limits
     max_sample_bytes: int
-    transforms: TransformChain = TransformChain()   # run on each sample after it is read (picklable)
-    size_filter: SizeFilter | None = None           # then on its final primary size
-    primary_after: str | None = None                # the primary field the transforms make (None: the walk's)
-    renames: tuple = ()                             # (field, its name after them) for each field they rename
-    duplicates: str | None = None                   # --dedup: the mask of positions to leave out (dedup_pass.py)
+    output: OutputRules = OutputRules()   # the transforms and size filter run on each sample read (picklable)
+    duplicates: str | None = None         # --dedup: the mask of positions to leave out (dedup_pass.py)
 
 
 def write_shard(task: ShardTask) -> ShardDone:
@@ -65,7 +64,7 @@ def write_shard(task: ShardTask) -> ShardDone:
             for first, stop, block_starts in _row_groups(task.blocks):
                 rows = read_rows(task.table, first, stop)
                 for block_first, block_stop in zip(block_starts, block_starts[1:]):
-                    shard.write(*encoder.encode(rows, block_first, block_stop, shard.size))
+                    encoder.encode(rows, block_first, block_stop, shard)
                 executors.report(stop - first, encoder.reported_bytes())
             done = ShardDone(task.shard, shard.size + len(encoder.fmt.TRAILER), len(encoder.columns["offset"]),
                              encoder.payload_bytes, tuple(encoder.skipped), tuple(encoder.names.bits),
@@ -95,50 +94,63 @@ class _BlockEncoder:
         self.checksum = checksum_function(DEFAULT_CHECKSUM)
         self.size_fn = load_function(task.size_fn, "--size-fn") if task.size_fn else None
         self.columns = {name: array.array("Q" if name == "fields" else "q") for name in SAMPLE_FIELDS}
+        self._appends = tuple(column.append for column in self.columns.values())
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
-        self.renames, self.names, self.max_fields = dict(task.renames), TaskNames(), 0
+        self.names, self.max_fields = TaskNames(), 0
         self.duplicates = duplicate_mask(task.duplicates, task.blocks[0], task.blocks[-1])
 
-    def encode(self, rows, first: int, stop: int, shard_offset: int) -> tuple:
-        """(parts, bytes in all) of the records of positions [first, stop), one block; offsets relative to the shard."""
-        fmt, checksum, extensions, prefix = self.fmt, self.checksum, self.task.extensions, self.task.base + "/"
-        add = {name: column.append for name, column in self.columns.items()}
-        parts, at, crc, lo, hi = [], shard_offset, 0, first - rows.first, stop - rows.first
+    def encode(self, rows, first: int, stop: int, shard: ShardFile) -> None:
+        """Encode the samples of positions [first, stop), one block, and append their records to `shard` WRITE_BYTES
+        at a time: a block's records are never all held (a --map may make them far larger than the files read)."""
+        lo, hi = first - rows.first, stop - rows.first
         columns = (rows.kind[lo:hi].tolist(), rows.ext[lo:hi].tolist(), rows.label[lo:hi].tolist(), rows.names[lo:hi],
                    rows.keys[lo:hi])
+        parts, waiting, crc = [], 0, 0
         for position, kind, ext, label, joined, key in zip(range(first, stop), *columns):
             names = joined.split("\0")  # the sample's files, primary first
-            if self.duplicates is not None and self.duplicates[position - self.task.blocks[0]]:
-                self.skipped.append({"path": printable(names[0]), "reason": DUPLICATE_REASON})
-                self._lost(names, 0)
+            executors.working_on(key, names[0])
+            sample = self._sample(position, KINDS[kind], self.task.extensions[ext], label, key, names)
+            if sample is None:
                 continue
-            paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
-            payload, size, extra = self._read_sample(paths, KINDS[kind], names)
-            primary = extensions[ext]
-            if payload is not None and (self.task.transforms.steps or self.task.size_filter):
-                primary, kind, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)},
-                                                                      KINDS[kind], size, names)
-            if payload is None or (masks := self._masks(key, primary, extra, names)) is None:
-                continue
-            record, data_offset = fmt.encode(key, primary, payload, label, size, extra)
+            primary, kind, payload, size, extra, masks = sample
+            record, data_offset = self.fmt.encode(key, primary, payload, label, size, extra)
             length = 0
             for part in record:
-                crc = checksum(part, crc)
+                crc = self.checksum(part, crc)
                 length += len(part)
+            self._add(position, shard.size + waiting, length, data_offset, len(payload), size, crc, kind, masks)
             parts += record
-            add["position"](position)
-            add["offset"](at)
-            add["length"](length)
-            add["data_offset"](at + data_offset)
-            add["bytes"](len(payload))
-            add["size"](size)
-            add["checksum"](crc)
-            add["kind"](kind)
-            add["ext"](masks[1])
-            add["fields"](masks[0])
-            at += length
+            waiting += length
             self.payload_bytes += len(payload) + sum(len(value) for _, value in extra)
-        return parts, at - shard_offset
+            if waiting >= WRITE_BYTES:
+                shard.write(parts, waiting)
+                parts, waiting = [], 0
+        if parts:
+            shard.write(parts, waiting)
+
+    def _add(self, position: int, at: int, length: int, data_offset: int, nbytes: int, size: int, crc: int,
+             kind: int, masks: tuple) -> None:
+        """Append one written sample's values to the record's columns (records.SAMPLE_FIELDS, in their order)."""
+        for append, value in zip(self._appends, (position, at, length, at + data_offset, nbytes, size, crc, kind,
+                                                 masks[1], masks[0])):
+            append(value)
+
+    def _sample(self, position: int, kind: str, primary: str, label: int, key: str, names: list):
+        """(primary field, kind id, its bytes, size, [(field, bytes)] of the others, (field mask, ext id)) of the
+        sample at `position` as it is to be written, or None when it is skipped (recorded)."""
+        if self.duplicates is not None and self.duplicates[position - self.task.blocks[0]]:
+            self.skipped.append({"path": printable(names[0]), "reason": DUPLICATE_REASON})
+            self._lost(names, 0)
+            return None
+        prefix = self.task.base + "/"
+        paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
+        payload, size, extra = self._read_sample(paths, kind, names)
+        if payload is not None and self.task.output:
+            primary, kind, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)},
+                                                                  kind, size, names)
+        if payload is None or (masks := self._masks(key, primary, extra, names)) is None:
+            return None
+        return primary, KINDS.index(kind), payload, size, extra, masks
 
     def _read_sample(self, paths: list, kind: str, names: list) -> tuple:
         """(primary bytes, its size, [(field, bytes)] of the other fields), or (None, None, None) when one of its
@@ -159,47 +171,23 @@ class _BlockEncoder:
             self.skipped.append({"path": printable(other), "reason": f"its sample lost {printable(names[at])}"})
 
     def _transform(self, key: str, label: int, fields: dict, kind: str, size: int, names: list) -> tuple:
-        """(primary field, kind id, its bytes, final size, other fields) of the sample of `fields` (primary first) after
-        the transforms and the size filter, or Nones when it is skipped: recorded against its primary file, and a
-        BadInput is fatal under strict.  A measured size (a resized image's pixels) replaces the probed one."""
+        """(primary field, kind, its bytes, final size, other fields) of the sample of `fields` (primary first) after
+        the transforms and the size filter (`OutputRules`), or Nones when it is skipped: recorded against its primary
+        file, and a BadInput is fatal under strict."""
+        primary = next(iter(fields))
         try:
-            result = self._transformed(PackSample(key, label, fields), kind, size, names[0])
-            if not isinstance(result, Drop):
-                primary, kind, fields, size = result
-                result = self.task.size_filter.check(key, size) if self.task.size_filter else None
+            result = self.task.output.apply(PackSample(key, label, fields), primary, kind, size, names[0])
         except BadInput as exc:
             if self.task.strict:
                 raise PackError(f"{printable(names[0])}: {exc}") from None
             result = Drop(key, str(exc))
-        if result is not None:  # a Drop
+        if isinstance(result, Drop):
             self.skipped.append({"path": printable(names[0]), "reason": result.reason})
             self._lost(names, 0)
             return None, None, None, None, None
-        return (primary, KINDS.index(kind), fields[primary], size,
-                [(name, value) for name, value in fields.items() if name != primary])
-
-    def _transformed(self, sample: PackSample, kind: str, size: int, path: str) -> tuple:
-        """(primary field, kind, fields, size) after the transforms, or the Drop of a sample they leave out.
-
-        The primary field is the one they make (tokens.npy), else the walk's as they renamed it, else (a --map
-        took it away) the first image, video or text field left.  A primary whose bytes they replaced without
-        measuring them is probed again."""
-        first = next(iter(sample.fields))
-        result = self.task.transforms(sample)
-        if not result:
-            return result
-        fields = result.sample.fields
-        primary = self.task.primary_after or self.renames.get(first, first)
-        if primary not in fields:
-            primary = default_primary(fields)
-            if primary is None:
-                raise BadInput(f"has no image, video or text field after the transforms (fields {list(fields)})")
-        kind = "text" if self.task.primary_after else field_kind(primary) or kind
-        if primary in result.sizes:
-            size = result.sizes[primary]
-        elif fields[primary] is not sample.fields.get(first):
-            size = probe_size(kind, path, fields[primary], None, self.task.max_pixels)
-        return primary, kind, fields, size
+        primary, kind, fields, size = result
+        extra = [(name, value) for name, value in fields.items() if name != primary]
+        return primary, kind, fields[primary], size, extra
 
     def _masks(self, key: str, primary: str, extra: list, names: list):
         """(field mask, ext id) of a sample in this task's numbering, or None when it is skipped (over 64 fields)."""

@@ -28,6 +28,11 @@ MAX_EXTENSIONS = int(np.iinfo(np.uint16).max) + 1  # the manifest's extension co
 MAX_FIELDS = 64  # the manifest's field mask column is uint64
 _FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+# Names no field but the primary may take: the shard formats' own (formats.RESERVED_FIELDS: the label member cls,
+# the TFRecord features, the loader's sample keys) and `source`, which a blend gives each sample it loads.
+RESERVED_NAMES = RESERVED_FIELDS | {"source"}
+# The primary is loaded as `data` and named by `ext`, so it may take those names, but not the label member's.
+RESERVED_PRIMARY = frozenset({"cls"})
 _NUMERIC = {"nbytes": np.int64, "key_bytes": np.uint32, "kind": np.uint8, "ext": np.uint16, "label": np.int32,
             "key_hash": np.int64, "fields": np.uint64}
 
@@ -39,8 +44,20 @@ def not_regular_reason(mode: int) -> str:
 
 
 def too_large_reason(nbytes: int, most: int) -> str:
-    """Why a file of `nbytes` bytes is not packed when samples may have at most `most`."""
+    """Why a file or field of `nbytes` bytes is not packed when samples may have at most `most`."""
     return f"{nbytes:,} bytes, above the limit of {most:,} (--max-sample-bytes)"
+
+
+def empty_corpus(source, skipped: list) -> CorpusError:
+    """The error of a SOURCE that leaves no sample to pack: how many inputs were skipped, and the first and why."""
+    first = f", first: {skipped[0]['path']}: {skipped[0]['reason']}" if skipped else ""
+    every = "every sample was skipped: " if skipped else ""
+    return CorpusError(f"{source}: the corpus is empty ({every}{len(skipped)} skipped{first})")
+
+
+def reserved_reason(name: str) -> str:
+    """Why a field may not be named `name` (RESERVED_NAMES; RESERVED_PRIMARY for the primary)."""
+    return f"field {name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})"
 
 
 class SampleGrouper:
@@ -98,6 +115,9 @@ class SampleGrouper:
         index, kind = self._primary([field for _, field in members])
         if index is None:
             return self._skip_unkinded(members)
+        if members[index][1] in RESERVED_PRIMARY:  # a label member's name, not a primary field's
+            reason = reserved_reason(members[index][1])
+            return self._skip_all([(entry, field, None) for entry, field in members], reason)
         members = [members[index]] + self._usable_extras(members[:index] + members[index + 1:], group[0].stem)
         stats = [self._stat(entry) for entry, _ in members]
         kept = [(entry, field, info) for (entry, field), info in zip(members, stats) if info is not None]
@@ -156,8 +176,8 @@ class SampleGrouper:
         usable = []
         for entry, field in members:
             try:
-                if field in RESERVED_FIELDS:
-                    raise BadInput(f"'{field}' is reserved ({', '.join(sorted(RESERVED_FIELDS))})")
+                if field in RESERVED_NAMES:
+                    raise BadInput(reserved_reason(field))
                 usable.append((entry, check_field_name(field)))
             except BadInput as exc:
                 self.skip(printable(entry.raw), f"cannot be a field of sample '{printable(stem)}': {exc}",
@@ -241,8 +261,7 @@ class SampleGrouper:
         if not len(self.strings):
             if self.label_skips:
                 raise CorpusError("every file has a label outside the given label index")
-            first = f", first: {self.skipped[0]['path']}: {self.skipped[0]['reason']}" if self.skipped else ""
-            raise CorpusError(f"{self.source}: the corpus is empty ({len(self.skipped)} skipped{first})")
+            raise empty_corpus(self.source, self.skipped)
         column = {name: self.columns[name].read() for name in ("key_hash", "nbytes", "key_bytes", "kind", "fields")}
         extensions, column["ext"] = _renumbered(self.ext_ids, self.columns["ext"].read(), sorted(self.ext_ids))
         labels, column["label"] = self._labels(self.columns["label"].read())

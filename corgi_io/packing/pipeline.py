@@ -29,17 +29,18 @@ from pathlib import Path
 
 from corgi_io.storage.atomic import temp_name
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
-from corgi_io.errors import PackError
+from corgi_io.arguments import check_number
+from corgi_io.errors import PackError, plain_message
 from corgi_io.formats import get_format
 from corgi_io.storage.locks import FolderLock
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover
-from corgi_io.packing.grouping import warn
+from corgi_io.packing.grouping import empty_corpus, warn
 from corgi_io.packing.encode import ShardTask, write_shard
 from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
-from corgi_io.packing.executors import open_executor
+from corgi_io.packing.executors import RESUME_HINT, open_executor
 from corgi_io.packing.field_masks import check_field_count, pack_names
 from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
@@ -48,36 +49,46 @@ from corgi_io.packing.records import load_finished, record_path
 from corgi_io.packing.user_code import load_function
 from corgi_io.packing.sources import SOURCE_MODULES, source_form
 from corgi_io.packing.table import Table, write_table
+from corgi_io.packing.sample_rules import OutputRules
 from corgi_io.packing.unit_pipeline import pack_units
 
 __all__ = ["PackOptions", "pack"]
 
+DEFAULT_MAP_TIMEOUT = 600.0  # seconds a --map call may take on one sample (see `pack`; cli/pack.py says why)
+
 
 def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
-         overwrite: bool = False, progress: bool | None = None, client=None):
+         overwrite: bool = False, progress: bool | None = None, client=None,
+         map_timeout: float | None = DEFAULT_MAP_TIMEOUT):
     """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
 
     SOURCE is a folder tree or a listing of raw files (this module), or existing WebDataset tars,
     TFRecord files, Parquet tables or JSONL files, packed a unit at a time (unit_pipeline.py); its
     form is detected from what it holds, or `options.source_form`.
 
-    `workers` processes write shards (1: this process), or the workers of a Dask cluster when
-    `client` (a ``distributed.Client``) is given; OUTPUT must then be on a file system that the
-    driver and every worker share, and the shards are the same bytes.  `progress=None` shows the
-    progress line only on a terminal.  Rerunning after an interruption resumes: finished shards
-    are kept, the rest rewritten.
+    `workers` processes write shards (1: this process; a pack with a --map runs it in one worker
+    process all the same, so that a map that crashes is reported), or the workers of a Dask cluster
+    when `client` (a ``distributed.Client``) is given; OUTPUT must then be on a file system that the
+    driver and every worker share, and the shards are the same bytes.  `map_timeout`: the most
+    seconds the --map function may take on one sample in a local worker (None or 0: no limit).
+    `progress=None` shows the progress line only on a terminal.  Rerunning after an interruption
+    resumes: finished shards are kept, the rest rewritten.  A pack that ends without its manifest
+    always raises (a CorgiError), whatever stopped it, SystemExit included.
     """
     fmt = get_format(options.format)
     if options.order not in layout.ORDERS:
         raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
     if options.size_fn:
         load_function(options.size_fn, "--size-fn")  # fail before any work, not in every task
+    if map_timeout is not None:
+        check_number("map_timeout", map_timeout)
     output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
     source = os.fspath(source)
     form = source_form(source, options.source_form)
     try:
         with _locked_output(source, form, output), PackProgress(progress) as display, \
-                open_executor(workers, client) as executor:  # the lock outlives the workers
+                open_executor(workers, client, isolate=bool(options.map_function),
+                              timeout=map_timeout or None) as executor:  # the lock outlives the workers
             if form in SOURCE_MODULES:
                 pack_units(source, form, output, options, executor, display, strict=strict, overwrite=overwrite,
                            created=_created)
@@ -86,8 +97,9 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
         if exc.filename is None:
             raise
-        raise PackError(f"{exc.filename}: {exc.strerror or exc} (finished shards are kept: "
-                        "rerun the same command to resume)") from exc
+        raise PackError(f"{exc.filename}: {exc.strerror or exc} ({RESUME_HINT})") from exc
+    except SystemExit as exc:  # user code (a --size-fn) that called sys.exit: not a finished pack
+        raise PackError(f"{output}: the pack stopped: {plain_message(exc)} ({RESUME_HINT})") from None
     return open_manifest(output)
 
 
@@ -107,7 +119,6 @@ class Staged:
     finished: dict       # {shard: ShardDone} of shards an earlier run finished
     known_fields: tuple  # the field names the walk and the transforms say the samples have (a --map may add others)
     known_extensions: tuple  # the primary field names they say
-    renames: tuple       # (field, its name after the transforms) for each field they rename
     duplicates: str | None = None  # --dedup: the mask of the positions to leave out (dedup_pass.py)
 
 
@@ -181,24 +192,22 @@ def _stage(corpus, options: PackOptions, fmt, output: Path, partial: Path, ident
     table = Table(str(partial / temp_name("table.rows")), str(partial / temp_name("table.strings")))
     write_table(table, corpus, plan.order)
     display.advance(len(corpus))
-    fields, extensions, renames = _known_names(corpus, options)
+    fields, extensions = _known_names(corpus, options)
     head = {"format": options.format, "options": identity, "labels": corpus.labels,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created()))}
     return Staged(plan.staged(), table, output, partial, head, corpus.base, tuple(corpus.extensions),
-                  corpus.skipped, finished, fields, extensions, renames)
+                  corpus.skipped, finished, fields, extensions)
 
 
 def _known_names(corpus, options: PackOptions) -> tuple:
-    """(field names, primary field names, renames) that the samples have as the transforms leave them, as far as the
+    """(field names, primary field names) that the samples have as the transforms leave them, as far as the
     driver knows: the walk's, renamed by --image-format (``png`` -> ``jpg``), with the ``tokens.npy`` that
     --tokenizer makes primary and without the text --drop-text drops.  A user's --map may make others: the shard
     records name every field written (field_masks.py), and the manifest lists these first, then those."""
-    renames = {name: options.renamed(name) for name in corpus.field_names if options.renamed(name) != name}
     primary, dropped = options.primary_after(), options.dropped_fields()
-    fields = [renames.get(name, name) for name in corpus.field_names] + ([primary] if primary else [])
-    extensions = [primary] if primary else [renames.get(name, name) for name in corpus.extensions]
-    return (tuple(name for name in dict.fromkeys(fields) if name not in dropped), tuple(dict.fromkeys(extensions)),
-            tuple(renames.items()))
+    fields = [*map(options.renamed, corpus.field_names)] + ([primary] if primary else [])
+    extensions = [primary] if primary else [*map(options.renamed, corpus.extensions)]
+    return tuple(name for name in dict.fromkeys(fields) if name not in dropped), tuple(dict.fromkeys(extensions))
 
 
 def _created():
@@ -224,12 +233,11 @@ def _deduplicated(executor, staged: Staged, options: PackOptions, display) -> St
 
 def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, display) -> dict:
     """Run a ShardTask per shard still to write; returns {shard: ShardDone} for every shard, earlier ones too."""
-    plan, transforms, size_filter = staged.plan, options.transforms(), options.size_filter()
+    plan, output = staged.plan, OutputRules.of(options)
     tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
-                       strict, options.max_pixels, options.max_sample_bytes, transforms, size_filter,
-                       options.primary_after(), staged.renames, staged.duplicates)
+                       strict, options.max_pixels, options.max_sample_bytes, output, staged.duplicates)
              for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)
@@ -244,6 +252,9 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
     plan = staged.plan
     display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     done = [records[shard] for shard in range(plan.num_shards)]
+    skipped = staged.skipped + [entry for record in done for entry in record.skipped]
+    if not any(record.samples for record in done):  # every sample the walk kept was skipped when written
+        raise empty_corpus(staged.head["options"]["source"], skipped)
     fields = check_field_count(pack_names(staged.known_fields, (record.field_names for record in done)))
     extensions = pack_names(staged.known_extensions, (record.extensions for record in done))
     columns = ManifestColumns(plan, staged.table, {shard: record_path(staged.partial, plan.shard_name(shard))
@@ -253,5 +264,5 @@ def _write_manifest(staged: Staged, records: dict, display) -> None:
                                       "samples": record.samples} for shard, (record, start) in enumerate(zip(done, starts))])
     head.update(fields=fields, max_fields=max([record.max_fields for record in done] + [1]),
                 extensions=extensions or [""], checksum=DEFAULT_CHECKSUM)
-    head["skipped"] = staged.skipped + [entry for record in done for entry in record.skipped]
+    head["skipped"] = skipped
     save_manifest(staged.output, head, columns.samples(lambda: display.advance(1)), columns.blocks(), columns.keys)

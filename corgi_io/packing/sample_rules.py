@@ -7,19 +7,97 @@ frames, tokens; ``--max-pixels``), the pack-time transforms, and the ``--min-siz
 filter on the final size.  A sample left out by a rule (--require, --primary, --kind, a transform's
 Drop, the size filter) is a skip record, never fatal; a bad one (a reserved field, a field too
 large, a primary field that does not decode, a transform's BadInput) is a skip record too, or a
-PackError under strict.  The folder walk applies the same rules in `grouping.py` and `encode.py`,
+PackError under strict.  The folder walk applies the input rules in `grouping.py` and `encode.py`,
 where they can act on a file before it is read.
+
+What the transforms return goes through `OutputRules`, the one place both pipelines (raw files:
+encode.py; shards and tables: here) run them: the primary field they leave, its kind and size,
+and `check_fields` on the fields as they will be written, whatever made them (a source, a resize,
+a tokenizer, a user's ``--map``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from corgi_io.errors import BadInput, PackError
-from corgi_io.formats import RESERVED_FIELDS
 from corgi_io.manifest import KINDS
-from corgi_io.packing.grouping import too_large_reason
+from corgi_io.packing.grouping import RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason
 from corgi_io.packing.sample import PackSample, default_primary, field_kind
 from corgi_io.packing.sizing import probe_size
+from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
 
 MAX_SOURCE_LABEL = (1 << 20) - 1  # the manifest names every class id up to the largest ("0".."N"): kept bounded
+
+
+def check_fields(fields: dict, primary: str, most: int) -> None:
+    """BadInput naming the field when `fields` cannot be written as they are: a field other than `primary` with a
+    reserved name (it would overwrite the loader's own keys, or be a second ``.cls`` member), a primary named
+    ``cls``, or a field above `most` bytes (--max-sample-bytes, the rule the input obeys)."""
+    for name, value in fields.items():
+        if name in (RESERVED_PRIMARY if name == primary else RESERVED_NAMES):
+            raise BadInput(reserved_reason(name))
+        if len(value) > most:
+            raise BadInput(f"field {name!r}: {too_large_reason(len(value), most)}")
+
+
+@dataclass(frozen=True)
+class OutputRules:
+    """The pack-time transforms and the size filter, and what is asked of what they return; `apply` runs them.
+
+    Both pipelines run them through here, so that a sample's final fields are checked the same way whatever
+    pipeline and transform made them.  Picklable (a shard task carries one)."""
+
+    transforms: TransformChain = TransformChain()
+    size_filter: SizeFilter | None = None
+    primary_after: str | None = None   # the primary field the transforms make (tokens.npy), or None
+    renamed: object = None             # name -> the field's name after them (PackOptions.renamed); None: kept
+    max_pixels: int | None = None
+    max_sample_bytes: int = 1 << 62
+
+    @classmethod
+    def of(cls, options) -> OutputRules:
+        """The rules of a pack's `options` (PackOptions)."""
+        return cls(options.transforms(), options.size_filter(), options.primary_after(), options.renamed,
+                   options.max_pixels, options.max_sample_bytes)
+
+    def __bool__(self) -> bool:
+        """False when there is nothing to run: the sample is written as read."""
+        return bool(self.transforms.steps) or self.size_filter is not None
+
+    def apply(self, sample: PackSample, primary: str, kind: str, size: int, path: str | None = None):
+        """(primary field, kind, fields, size) of `sample` (whose primary is `primary`, of `kind` and `size`) after the
+        transforms, or the Drop of a sample they or the size filter leave out; BadInput for one that cannot be packed.
+
+        The primary field is the one they make (tokens.npy), else `primary` as they renamed it, else (a --map took
+        it away) the first image, video or text field left.  A primary whose bytes they replaced without measuring
+        them is probed again (`path` names it for a --size-fn)."""
+        result = self.transforms(sample) if self.transforms.steps else None
+        if result is not None and not result:
+            return result
+        if result is not None:
+            primary, kind, size = self._primary(result, sample.fields.get(primary), primary, kind, size, path)
+            sample = result.sample
+        dropped = self.size_filter.check(sample.key, size) if self.size_filter else None
+        return dropped if dropped is not None else (primary, kind, sample.fields, size)
+
+    def _primary(self, result, before, primary: str, kind: str, size: int, path) -> tuple:
+        """(primary, kind, size) of a transformed sample, its fields checked (`check_fields`)."""
+        fields = result.sample.fields
+        primary = self.primary_after or (self.renamed(primary) if self.renamed else primary)
+        if primary not in fields:
+            primary = default_primary(fields)
+            if primary is None:
+                raise BadInput(f"has no image, video or text field after the transforms (fields {list(fields)})")
+        try:
+            check_fields(fields, primary, self.max_sample_bytes)
+        except BadInput as exc:
+            raise BadInput(f"after the transforms: {exc}") from None
+        kind = "text" if self.primary_after else field_kind(primary) or kind
+        if primary in result.sizes:
+            size = result.sizes[primary]
+        elif fields[primary] is not before:
+            size = probe_size(kind, path, fields[primary], None, self.max_pixels)
+        return primary, kind, size
 
 
 class SampleRules:
@@ -27,8 +105,7 @@ class SampleRules:
 
     def __init__(self, options, strict: bool):
         self.options, self.strict = options, strict
-        self.transforms, self.size_filter = options.transforms(), options.size_filter()
-        self.primary_after = options.primary_after()
+        self.output = OutputRules.of(options)
 
     def accept(self, sample: PackSample):
         """(primary field, kind id, size, fields) of the sample as it is to be packed, or {"reason": ...}: its skip.
@@ -57,19 +134,16 @@ class SampleRules:
         if isinstance(chosen, dict):
             return chosen
         primary, kind = chosen
-        _check_fields(fields, self.options.max_sample_bytes, sample.label)
+        check_fields(fields, primary, self.options.max_sample_bytes)
+        if sample.label > MAX_SOURCE_LABEL:
+            raise BadInput(f"label {sample.label:,} is above the {MAX_SOURCE_LABEL + 1:,} classes a pack of sources "
+                           "names")
         size = probe_size(kind, None, fields[primary], None, self.options.max_pixels)
-        if self.transforms.steps:
-            result = self.transforms(sample)
-            if not result:
+        if self.output:
+            result = self.output.apply(sample, primary, kind, size)
+            if isinstance(result, Drop):
                 return {"reason": result.reason}
-            fields, primary = result.sample.fields, self.primary_after or self.options.renamed(primary)
-            if primary not in fields:
-                raise BadInput(f"has no field {primary!r} after the transforms")
-            size, kind = result.sizes.get(primary, size), "text" if self.primary_after else kind
-        dropped = self.size_filter.check(sample.key, size) if self.size_filter else None
-        if dropped is not None:
-            return {"reason": dropped.reason}
+            primary, kind, fields, size = result
         return primary, KINDS.index(kind), size, fields
 
     def _primary(self, fields: dict):
@@ -91,13 +165,3 @@ class SampleRules:
         primary = default_primary(fields)
         return (primary, field_kind(primary)) if primary else {"reason": "has no image, video or text field"}
 
-
-def _check_fields(fields: dict, most: int, label: int) -> None:
-    """BadInput for a field with a reserved name or above `most` bytes, or a label above MAX_SOURCE_LABEL."""
-    for name, value in fields.items():
-        if name in RESERVED_FIELDS:
-            raise BadInput(f"field {name!r} is reserved ({', '.join(sorted(RESERVED_FIELDS))})")
-        if len(value) > most:
-            raise BadInput(f"field {name!r}: {too_large_reason(len(value), most)}")
-    if label > MAX_SOURCE_LABEL:
-        raise BadInput(f"label {label:,} is above the {MAX_SOURCE_LABEL + 1:,} classes a pack of sources names")

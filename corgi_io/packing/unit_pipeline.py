@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, save_manifest
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
-from corgi_io.packing.grouping import warn
+from corgi_io.packing.grouping import empty_corpus, warn
 from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.sources import units as list_units
 from corgi_io.packing.unit_manifest import UnitManifest
@@ -76,6 +76,8 @@ def _duplicates(executor, units: list, partial, read_options: dict, options, dis
 
 def _write_manifest(output, identity: dict, done: list, records: list, created, display) -> None:
     """The manifest of the finished units, one column at a time."""
+    if not any(unit.samples for unit in done):
+        raise empty_corpus(identity["source"], [entry for unit in done for entry in unit.skipped])
     display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     parts = UnitManifest(done, records)
     if (repeated := parts.repeated_key()) is not None:

@@ -58,6 +58,7 @@ def write_unit(task: UnitTask) -> UnitDone:
         with naming(task.output):
             samples = read_unit(task.unit, strict=task.strict, on_skip=writer.reader_skipped, **task.read_options)
             for count, sample in enumerate(samples, 1):
+                executors.working_on(sample.key, task.path)
                 writer.add(sample, duplicate=writer.duplicates is not None and writer.duplicates[count - 1])
                 if count % REPORT_EVERY == 0:
                     executors.report(*writer.progress())

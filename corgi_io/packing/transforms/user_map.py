@@ -3,9 +3,13 @@
 The function is called as ``function(fields, key)`` with a copy of the sample's fields ({name:
 bytes}) and its key, and returns the sample's new fields, a dict {name: bytes} that replaces the
 old one whole (so it may add, replace, rename or remove fields: ``{**fields, "caption.txt": b"..."}``
-adds one), or None to drop the sample (a skip record, never fatal).  An exception it raises, or a
-result that is not such a dict, is BadInput naming the sample: skipped, or fatal under strict.  The
-label is kept.  The module must be importable by every worker (on its sys.path; not ``__main__``).
+adds one), or None to drop the sample (a skip record, never fatal).  A bytes-like value (bytearray,
+memoryview) is taken as its bytes.  An exception it raises (SystemExit too: sys.exit in a map stops
+that sample, not the pack silently), or a result that is not such a dict, is BadInput naming the
+sample: skipped, or fatal under strict.  The label is kept.  What the pack then asks of the fields
+(no reserved name, --max-sample-bytes) is checked for every transform alike (`sample_rules`).
+Each call is marked as user code, so that the pack's --map-timeout can stop a call that hangs.
+The module must be importable by every worker (on its sys.path; not ``__main__``).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from corgi_io.errors import BadInput, plain_message
+from corgi_io.packing.executors import running_user_code
 from corgi_io.packing.sample import PackSample, check_field_name
 from corgi_io.packing.transforms.base import Drop, Kept
 from corgi_io.packing.user_code import load_function
@@ -47,8 +52,9 @@ class UserMap:
         if self._function is None:
             object.__setattr__(self, "_function", load_function(self.function, "map"))
         try:
-            fields = self._function(dict(sample.fields), sample.key)
-        except Exception as exc:  # a user function may raise anything: the sample is bad, the pack goes on
+            with running_user_code():
+                fields = self._function(dict(sample.fields), sample.key)
+        except (Exception, SystemExit) as exc:  # a user function may raise anything: the sample is bad
             raise BadInput(f"sample {sample.key!r}: {self.function} raised {plain_message(exc)}") from None
         if fields is None:
             return Drop(sample.key, f"{self.function} returned None")
@@ -59,4 +65,6 @@ class UserMap:
                 check_field_name(name)
             except BadInput as exc:
                 raise BadInput(f"sample {sample.key!r}: {self.function} returned {exc}") from None
-        return Kept(PackSample(sample.key, sample.label, dict(fields)))  # checks bytes values and a field at least
+        fields = {name: value if isinstance(value, bytes) or not isinstance(value, (bytearray, memoryview))
+                  else bytes(value) for name, value in fields.items()}
+        return Kept(PackSample(sample.key, sample.label, fields))  # checks bytes values and a field at least
