@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from corgi_io.errors import BadInput, CorpusError
+from corgi_io.errors import BadInput, CorpusError, PackError
 from corgi_io.manifest import open_manifest
 from corgi_io.packing import PackOptions, pack
 from corgi_io.packing.sample import PackSample
@@ -294,3 +294,10 @@ def test_a_pack_that_skips_every_sample_says_so_and_writes_no_manifest(tmp_path,
                                           r"below min_size 1,000,000,000"):
         pack(source, tmp_path / "out", PackOptions(min_size=10 ** 9), progress=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_sys_exit_in_other_user_code_is_a_failed_pack_not_a_silent_exit(tmp_path, write_user_module):
+    write_user_module("corgi_exiting_size", "import sys\n\ndef size(path):\n    sys.exit(0)\n")
+    source, _ = make_source("folder", tmp_path)
+    with pytest.raises(PackError, match=r"the pack stopped: SystemExit: 0 \(no manifest written"):
+        pack(source, tmp_path / "out", PackOptions(size_fn="corgi_exiting_size:size"), progress=False)
