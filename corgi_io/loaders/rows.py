@@ -272,10 +272,13 @@ def row_blocks(reader, stream, ranges: list, spec: RowSpec, rows: int):
         items.close()
 
 
-def chunk_rows(batch: int, length: int) -> int:
+def chunk_rows(batch: int, length: int, rows: int) -> int:
     """Rows built at once: whole items of `batch` rows, about `CHUNK_SLOTS` slots (at least one item), so that
-    the numpy passes of `RowBuilder` and `chunk_items` run over arrays that stay in cache, a few per chunk."""
-    return batch * max(1, CHUNK_SLOTS // (batch * length))
+    the numpy passes of `RowBuilder` and `chunk_items` run over arrays that stay in cache, a few per chunk; and
+    never more items than the worker's `rows` fill (a chunk's arrays are as long as it is, whatever CHUNK_SLOTS
+    says: sized by CHUNK_SLOTS alone, a chunk of 2^30 slots took 8 GiB for a few hundred rows)."""
+    items = max(1, min(CHUNK_SLOTS // (batch * length), -(-rows // batch)))
+    return batch * items
 
 
 def chunk_items(chunk: Chunk, batch: int, batched: bool):
@@ -296,5 +299,6 @@ def chunk_items(chunk: Chunk, batch: int, batched: bool):
 def row_items(reader, stream, ranges: list, spec: RowSpec, batch_size: int | None):
     """A worker's items: rows one by one, or batches of `batch_size` rows (see the module)."""
     batch = batch_size or 1
-    for chunk in row_blocks(reader, stream, ranges, spec, chunk_rows(batch, spec.pack_length)):
+    rows = chunk_rows(batch, spec.pack_length, sum(b - a for a, b in ranges))
+    for chunk in row_blocks(reader, stream, ranges, spec, rows):
         yield from chunk_items(chunk, batch, batch_size is not None)

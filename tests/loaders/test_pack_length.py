@@ -318,3 +318,16 @@ def test_npy_layout_leaves_other_arrays_to_the_slow_path(array):
 
     data = npy(array, array.dtype)
     assert npy_layout(data, np.array([0]), np.array([len(data)])) is None
+
+
+@pytest.mark.parametrize("batch, rows", [(1, 1), (3, 10), (4, 8), (2, 0), (5, 1 << 20)])
+def test_a_chunk_holds_no_more_items_than_the_worker_has_rows(monkeypatch, batch, rows):
+    """However large CHUNK_SLOTS is, a chunk is at most the worker's rows rounded up to whole items (at least
+    one item): sized by CHUNK_SLOTS alone, a chunk of 2^30 slots held 8 GiB for a few hundred rows."""
+    from corgi_io.loaders import rows as row_module
+
+    monkeypatch.setattr(row_module, "CHUNK_SLOTS", 1 << 30)
+    got = row_module.chunk_rows(batch, L, rows)
+    assert got % batch == 0 and batch <= got <= max(batch, -(-rows // batch) * batch)
+    monkeypatch.setattr(row_module, "CHUNK_SLOTS", 4 * L)  # a chunk of 4 rows' slots: the smaller bound wins
+    assert row_module.chunk_rows(1, L, 10) == 4 and row_module.chunk_rows(1, L, 2) == 2
