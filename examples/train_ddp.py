@@ -4,8 +4,8 @@
     torchrun --nproc_per_node=2 examples/train_ddp.py /tmp/corgi-example --checkpoint-dir /tmp/ckpt
 
 Any pack of labelled images will do (`corgi pack /data/images /tmp/images-pack`: a folder of class
-folders of images); a pack that also holds videos or texts stops at its first one, since this
-script decodes every sample as an image (decode="rgb"). Without `--checkpoint-dir` it trains
+folders of images); a pack that also holds videos or texts is refused before training, in one line,
+since this script decodes every sample as an image (decode="rgb"). Without `--checkpoint-dir` it trains
 without saving or resuming.
 
 Run the same command again after a crash or a kill: it resumes from the last checkpoint, with
@@ -35,12 +35,14 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io.loaders import CorgiPileDataset
+from corgi_io.manifest.checks import KINDS
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -109,12 +111,29 @@ def load_checkpoint(path: Path | None, model, optimizer, loader) -> tuple[int, i
     return state["step"], state["epoch"]
 
 
+def images_only(dataset) -> str | None:
+    """None when every sample of the pack is an image, else one line saying what to do: this script decodes
+    every sample as an image, and would stop at the first video or text with a traceback from each rank."""
+    manifest = dataset.manifest
+    kinds = np.unique(np.asarray(manifest.samples.kind))
+    others = sorted({KINDS[int(k)] for k in kinds} - {"image"})
+    if not others:
+        return None
+    return (f"{manifest.root} holds {', '.join(others)} samples besides images: pack it with --kind image "
+            f"(corgi pack SOURCE OUTPUT --kind image), or read it with decode=\"auto\" in your own script")
+
+
 def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)  # the same initial weights on every rank
     dataset = CorgiPileDataset(args.pack, decode="rgb", transform=functools.partial(resize, size=args.image_size),
                                batch_size=args.batch_size, balance="size")
+    problem = images_only(dataset)
+    if problem is not None:  # every rank sees the same manifest, so every rank stops here
+        report(f"train_ddp.py: {problem}")
+        dist.destroy_process_group()
+        raise SystemExit(2)
     model = DistributedDataParallel(tiny_cnn(max(len(dataset.manifest.labels), 1)))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=args.workers,

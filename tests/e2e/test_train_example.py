@@ -163,3 +163,18 @@ def test_the_example_trains_on_the_readme_pack_and_warns_of_nothing(readme_pack,
     for epoch in range(2):  # 21 images on 2 ranks: 11 each, one of them twice
         trained = [key for e, _, key in logged(tmp_path) if e == epoch]
         assert sorted(set(trained)) == sorted(keys) and len(trained) == len(keys) + 1
+
+
+def test_a_mixed_pack_is_refused_in_one_line_before_training(tmp_path_factory):
+    """The example corpus packed without --kind image holds videos and texts: the script says what to do in one
+    line and exits 2, instead of a traceback from each rank at the first video."""
+    out = tmp_path_factory.mktemp("mixed") / "pack"
+    pack(ROOT / "examples" / "corpus", out, PackOptions(), workers=1, progress=False)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(ROOT / "examples" / "train_ddp.py"), str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    said = [line for line in proc.stdout.splitlines() if line.startswith("train_ddp.py:")]
+    assert len(said) == 1 and "--kind image" in said[0] and 'decode="auto"' in said[0], proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]

@@ -2,8 +2,8 @@
 
 Before each test it resets the kernel's high-water mark (writing 5 to /proc/self/clear_refs), and after it
 reads VmHWM (the peak since the reset) and VmRSS (what the test left held).  The session's summary names the
-tests with the highest peaks and the process's peak; ``--memory-report FILE`` writes every test's figures as
-JSON lines.  Child processes (DataLoader workers, pack pools, servers) are not counted: they are bounded by
+tests with the highest peaks and the process's peak; ``--memory-report FILE`` gets every test's figures as
+JSON lines, each as its test ends.  Child processes (DataLoader workers, pack pools, servers) are not counted: they are bounded by
 their own tests.  Where /proc is absent (not Linux) it measures nothing.
 """
 from __future__ import annotations
@@ -41,6 +41,8 @@ class MemoryRecorder:
 
     def __init__(self, report: str | None):
         self.report, self.rows, self.session_peak = report, [], 0
+        if report:
+            Path(report).write_text("")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -52,6 +54,14 @@ class MemoryRecorder:
         self.session_peak = max(self.session_peak, peak)
         if resettable:
             self.rows.append((item.nodeid, peak / 1024, rss / 1024))
+            self.write(item.nodeid, peak / 1024, rss / 1024)
+
+    def write(self, nodeid: str, peak: float, rss: float) -> None:
+        """Append one test's figures to the report as it ends (a run killed for memory still leaves them)."""
+        if self.report:
+            with open(self.report, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"test": nodeid, "peak_mib": round(peak, 1), "rss_after_mib": round(rss, 1)})
+                          + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self.rows:
@@ -60,8 +70,3 @@ class MemoryRecorder:
         terminalreporter.write_sep("-", f"memory: the pytest process peaked at {self.session_peak / 1024:.0f} MiB")
         for nodeid, peak, rss in worst:
             terminalreporter.write_line(f"{peak:8.0f} MiB peak {rss:8.0f} MiB after  {nodeid}")
-        if self.report:
-            with open(self.report, "w", encoding="utf-8") as out:
-                for nodeid, peak, rss in self.rows:
-                    out.write(json.dumps({"test": nodeid, "peak_mib": round(peak, 1), "rss_after_mib": round(rss, 1)})
-                              + "\n")
