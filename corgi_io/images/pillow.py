@@ -4,17 +4,28 @@ An image of more than `max_pixels` pixels (Pillow's own limit by default) is ref
 DecodeError before any pixel is decoded.  `max_pixels` is then the only bound: Pillow's own
 check, a warning above its `Image.MAX_IMAGE_PIXELS` and an error above twice that, is silenced (so
 raising `max_pixels` raises the bound, without a warning per image); with `max_pixels=None`,
-Pillow's check applies.  No torch here: the loaders' decoders and `corgi_io.images.fused` share it.
+Pillow's check applies.
+
+Depth: an image of more than 8 bits a channel is scaled to 8 bits, never clipped (`eight_bits`): a 16-bit
+one (Pillow's I;16 modes: a 16-bit grayscale PNG or TIFF) from 0-65535 to 0-255; a 32-bit integer or float
+one (modes I and F), which has no fixed range, from its own lowest to its highest finite value.  Pillow
+reads a 16-bit RGB(A) PNG as 8-bit RGB(A) itself.  The pack's resize uses `eight_bits` too.
+
+No torch here: the loaders' decoders and `corgi_io.images.fused` share it.
 """
 from __future__ import annotations
 
 import io
 import warnings
 
+import numpy as np
 from PIL import Image
 
 from corgi_io.errors import DecodeError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
+
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")  # values 0-65535
+WIDE_MODES = ("I", "F")  # int32 and float32: no fixed range
 
 
 def _open_unchecked(data: bytes):
@@ -60,4 +71,26 @@ def open_image(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Imag
         if max_pixels is not None:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         image.load()  # here, so that a broken body fails in the decoder, not later in a transform
+    image = eight_bits(image)
     return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def eight_bits(image: Image.Image) -> Image.Image:
+    """`image` as mode L when it has more than 8 bits a pixel (see the module: scaled, so that its levels
+    keep their order and spread over 0-255; Pillow's own conversion clips, which turned a 16-bit gradient
+    into two levels); any other image unchanged."""
+    if image.mode not in SIXTEEN_BIT_MODES + WIDE_MODES:
+        return image
+    values = np.array(image, dtype=np.float32)  # a copy of its own: the scaling below works in place
+    if image.mode in SIXTEEN_BIT_MODES:
+        low, high = 0.0, 65535.0
+    else:
+        finite = np.isfinite(values)
+        low = float(np.min(values, where=finite, initial=np.inf))
+        high = float(np.max(values, where=finite, initial=-np.inf))
+        if not high > low:
+            return Image.new("L", image.size)  # flat, or no finite value: black
+        np.nan_to_num(values, copy=False, nan=low, posinf=high, neginf=low)
+    values -= low
+    values *= 255.0 / (high - low)
+    return Image.fromarray(np.rint(values, out=values).astype(np.uint8))

@@ -24,6 +24,7 @@ from PIL import Image
 
 from corgi_io.arguments import check_at_least, choose
 from corgi_io.errors import ArgumentError, BadInput
+from corgi_io.images.pillow import eight_bits
 from corgi_io.manifest.schema import DEFAULT_MAX_PIXELS
 from corgi_io.packing.sample import PackSample, field_kind
 from corgi_io.packing.transforms.base import Kept, checking_options
@@ -52,8 +53,10 @@ class ImageResize:
     in the output format, passes through byte for byte.  A field re-encoded into another format is
     renamed for it (``png`` -> ``jpg``), in place.  Each image's pixels after the transform are its
     size in `Kept.sizes`.  An image whose header declares more than `max_pixels` pixels (a
-    decompression bomb) is refused before any pixel is decoded: BadInput, as is an animated image
-    (resizing would keep one frame) or one Pillow cannot read.
+    decompression bomb) is refused before any pixel is decoded: BadInput, as is an animated image that
+    must be resized or re-encoded (that would keep one frame; one that passes through is kept whole)
+    or one Pillow cannot read.  An image of 16 or 32 bits a pixel is re-encoded at 8 bits, scaled, not
+    clipped (`corgi_io.images.pillow.eight_bits`).
     """
 
     name: ClassVar[str] = "resize"
@@ -96,7 +99,10 @@ class ImageResize:
                 source_format = "JPEG" if image.format in JPEG_FORMATS else image.format
                 out_format = source_format if self.format == "keep" else IMAGE_FORMATS[self.format][0]
                 if target == image.size and out_format == source_format:
-                    return name, data, target[0] * target[1]
+                    return name, data, target[0] * target[1]  # animated ones too: nothing to change
+                if getattr(image, "n_frames", 1) > 1 and image.format not in JPEG_FORMATS:
+                    raise BadInput(f"sample {key!r}: field {name!r} is animated ({image.n_frames} frames); "
+                                   f"re-encoding would keep one frame")
                 encoded = encode(image, target, out_format, self.quality)
         except BadInput:
             raise
@@ -107,13 +113,11 @@ class ImageResize:
         return _field_name(name, out_format), encoded, target[0] * target[1]
 
     def _target(self, key: str, name: str, image) -> tuple:
-        """The output size of `image` (only its header read); BadInput above max_pixels or animated."""
+        """The output size of `image` (only its header read); BadInput above max_pixels."""
         width, height = image.size
         if width * height > self.max_pixels:
             raise BadInput(f"sample {key!r}: field {name!r} has {width * height:,} pixels, above the limit of "
                            f"{self.max_pixels:,} (max_pixels)")
-        if getattr(image, "n_frames", 1) > 1 and image.format not in JPEG_FORMATS:
-            raise BadInput(f"sample {key!r}: field {name!r} is animated ({image.n_frames} frames); not resized")
         return fit(width, height, self.max_side)
 
 
@@ -139,7 +143,9 @@ def encode(image, target: tuple, out_format: str, quality: int) -> bytes:
 
 
 def _plain_mode(image):
-    """`image` in one of PLAIN_MODES (palette, 16-bit, CMYK converted; alpha kept as RGBA), so LANCZOS applies."""
+    """`image` in one of PLAIN_MODES (palette, CMYK converted; alpha kept as RGBA; 16- and 32-bit scaled to 8
+    bits, not clipped: `eight_bits`), so LANCZOS applies and every output format takes it."""
+    image = eight_bits(image)
     if image.mode in PLAIN_MODES:
         return image
     alpha = image.mode in ("LA", "PA") or "transparency" in image.info
