@@ -15,6 +15,7 @@ from corgi_io.arguments import choose
 from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
+from corgi_io.packing.regular_files import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.sample import check_field_name
 from corgi_io.packing.sources import FORMS, check_field_mapping
 from corgi_io.packing.transforms.base import checking_options
@@ -27,7 +28,6 @@ TEXT_FIELD = "txt"  # the field --tokenizer tokenises
 
 ESTIMATE_CHUNK = 1 << 13  # samples whose record sizes are estimated at a time (bounded temporaries)
 NO_PIXEL_LIMIT = 1 << 62  # --max-pixels 0: the resize transform's header check never refuses
-DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,8 @@ class PackOptions:
         if not self.source_fields:
             raise PackError(f"a {form} SOURCE needs {flag} NAME={key[:-1].upper()},... naming the {key} to pack as "
                             f"fields (and label=..., key=...), e.g. {flag} jpg=image,txt=caption,label=label")
-        return {key: dict(self.source_fields)}
+        limits = {"max_cell_bytes": self.max_sample_bytes} if form == "parquet" else {}  # checked before decompressing
+        return {key: dict(self.source_fields), **limits}
 
     def transforms(self) -> TransformChain:
         """The chain of transforms every shard task runs on each sample (empty: none); PackError for bad options.

@@ -5,13 +5,17 @@ uint32, written with `numpy.lib.format` (no pickle: `np.load(io.BytesIO(b))` rea
 default allow_pickle=False, and stock webdataset's ``.npy`` decoder does the same).  The tokenizer
 file is read from the local disk only (never the Hugging Face hub), once in the driver to check it
 and fix the dtype, then once per worker process on first use (cached on the object, not pickled),
-where its SHA-256 must still be the one recorded.  Needs ``pip install 'corgi-io[text]'``.
+where its SHA-256 must still be the one recorded, and the bytes hashed are the bytes loaded.  Only a
+regular file of at most `MAX_TOKENIZER_BYTES` is read: a FIFO (which would block the pack forever), a
+device or a larger file is a PackError, unread.  Needs ``pip install 'corgi-io[text]'``.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import io
+import os
+import stat
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,13 +23,14 @@ import numpy as np
 
 from corgi_io.arguments import check_flag, choose
 from corgi_io.errors import BadInput, PackError, plain_message
+from corgi_io.packing.regular_files import read_regular_file
 from corgi_io.packing.sample import PackSample, check_field_name
 from corgi_io.packing.transforms.base import Kept, checking_options
 
 TOKENS_FIELD = "tokens.npy"
 TOKEN_DTYPES = {"uint16": "<u2", "uint32": "<u4"}
 UINT16_IDS = 1 << 16
-HASH_CHUNK = 1 << 20
+MAX_TOKENIZER_BYTES = 1 << 30  # a tokenizer JSON file read whole (the hub's largest are tens of MB)
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,11 @@ class Tokenize:
             check_field_name(self.field)
         except BadInput as exc:
             raise PackError(f"{self.name}: {exc}") from None
-        sha256 = file_sha256(self.tokenizer_file)
+        data = read_tokenizer_file(self.tokenizer_file)
+        sha256 = hashlib.sha256(data).hexdigest()
         if self.sha256 is not None and self.sha256 != sha256:
             raise PackError(f"tokenizer {self.tokenizer_file!r} is not the one recorded (SHA-256 differs)")
-        tokenizer = load_tokenizer(self.tokenizer_file)
+        tokenizer = load_tokenizer(self.tokenizer_file, data)
         ids = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=0) + 1
         if self.dtype == "uint16" and ids > UINT16_IDS:
             raise PackError(f"tokenizer {self.tokenizer_file!r} has ids up to {ids - 1:,}: dtype uint16 cannot hold them")
@@ -99,34 +105,39 @@ class Tokenize:
     def _loaded(self):
         """The tokenizer, loaded on first use in this process; PackError if the file changed since the driver read it."""
         if self._tokenizer is None:
-            if file_sha256(self.tokenizer_file) != self.sha256:
+            data = read_tokenizer_file(self.tokenizer_file)
+            if hashlib.sha256(data).hexdigest() != self.sha256:
                 raise PackError(f"tokenizer {self.tokenizer_file!r} changed since the pack began (SHA-256 differs)")
-            object.__setattr__(self, "_tokenizer", load_tokenizer(self.tokenizer_file))
+            object.__setattr__(self, "_tokenizer", load_tokenizer(self.tokenizer_file, data))
         return self._tokenizer
 
 
-def load_tokenizer(path: str):
-    """A `tokenizers.Tokenizer` from a local JSON file; PackError naming the file if it cannot be loaded."""
+def load_tokenizer(path: str, data: bytes):
+    """A `tokenizers.Tokenizer` from the JSON `data` of the file at `path`; PackError naming the file if it cannot
+    be loaded."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
         raise PackError("tokenize needs the tokenizers library: pip install 'corgi-io[text]'") from None
     try:
-        return Tokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises plain Exceptions for a missing or malformed file
+        return Tokenizer.from_buffer(data)
+    except Exception as exc:  # tokenizers raises plain Exceptions for a malformed file
         raise PackError(f"tokenizer {path!r} cannot be loaded: {plain_message(exc)}") from None
 
 
-def file_sha256(path: str) -> str:
-    """The SHA-256 of a file, read a chunk at a time; PackError naming the file if it cannot be read."""
-    digest = hashlib.sha256()
+def read_tokenizer_file(path: str) -> bytes:
+    """The bytes of the tokenizer file at `path`; PackError, with nothing read, unless it is a regular file of at
+    most MAX_TOKENIZER_BYTES (`read_regular_file` opens it without blocking and checks what it opened)."""
     try:
-        with open(path, "rb") as file:
-            while chunk := file.read(HASH_CHUNK):
-                digest.update(chunk)
+        info = os.stat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_size > MAX_TOKENIZER_BYTES:
+            raise PackError(f"tokenizer {path!r} is {info.st_size:,} bytes, above the limit of "
+                            f"{MAX_TOKENIZER_BYTES:,} for a tokenizer file")
+        return read_regular_file(path, MAX_TOKENIZER_BYTES)  # a FIFO or device: BadInput, unread
+    except BadInput as exc:
+        raise PackError(f"tokenizer {path!r}: {exc}") from None
     except OSError as exc:
         raise PackError(f"tokenizer {path!r} cannot be read: {plain_message(exc)}") from None
-    return digest.hexdigest()
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
