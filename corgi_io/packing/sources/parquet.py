@@ -7,10 +7,17 @@ obeying the key rule); a column is a top-level name or a dotted path into struct
 leaves that field out of its row.  Without ``key`` a row's key is ``<file stem>/<row in the file>``.
 
 `units` reads only each file's footer.  `read` reads one row group (`iter_batches` over that
-group alone, only the mapped columns' leaves), in batches of `batch_rows` rows, never a whole
-file; a row group whose mapped columns hold more than `max_row_group_bytes` (compressed) is skipped.  A row group whose schema lacks a mapped column, or holds it with another
-type, is one line naming the file and row group (skipped; BadInput under `strict`); a row that
-breaks a rule (a bad key or label, no field left) is one line naming its row.
+group alone, only the mapped columns' leaves), never a whole file, in batches of at most
+`batch_rows` rows and, by the footer's uncompressed sizes, about `BATCH_BYTES`; pyarrow reads each
+column chunk through a `READ_BUFFER` buffer, not whole.  Memory is bounded before anything is
+decompressed (pyarrow decompresses a page whole, whatever the batch): a row group whose mapped
+columns hold more than `max_row_group_bytes` compressed is skipped, and so is one with a page
+(`parquet_pages`: its header, read when the footer says the column chunk is larger than
+`max_cell_bytes` or `MAX_PAGE_BYTES`) whose values average more than `max_cell_bytes` (one at least
+is a cell the pack would refuse: a 49 KB file of one 1.5 GiB cell of zeros is one page) or that is
+larger than `MAX_PAGE_BYTES`.  These, and a row group whose schema lacks a mapped column or holds it
+with another type, are one line naming the file, row group and column (skipped; BadInput under
+`strict`); a row that breaks a rule (a bad key or label, no field left) is one line naming its row.
 """
 from __future__ import annotations
 
@@ -18,16 +25,22 @@ import posixpath
 from contextlib import contextmanager
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
+from corgi_io.packing.regular_files import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources.parquet_pages import pages
 
 SUFFIXES = (".parquet",)
 BATCH_ROWS = 256
+BATCH_BYTES = 64 << 20  # uncompressed bytes of the mapped columns a batch aims at (by the footer's averages)
+READ_BUFFER = 1 << 20  # pyarrow reads a column chunk through a buffer this large, not whole
 MAX_ROW_GROUP_BYTES = 1 << 31  # compressed bytes of a row group's mapped columns (untrusted files bound memory)
+MAX_PAGE_BYTES = 1 << 31  # uncompressed bytes of one page, which pyarrow holds whole while it decodes it
+CELL_OVERHEAD = 64  # bytes a page may spend on each value beside the value (its length, its levels)
 
 
 def units(path: str):
     """One unit per row group of the file at `path`, from its footer; CorpusError when it is not Parquet."""
-    with _opened(path) as file:
+    with _opened(path) as (file, _):
         metadata = file.metadata
     first, found = 0, []
     for group in range(metadata.num_row_groups):
@@ -38,7 +51,7 @@ def units(path: str):
 
 
 def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch_rows: int = BATCH_ROWS,
-         max_row_group_bytes: int = MAX_ROW_GROUP_BYTES):
+         max_row_group_bytes: int = MAX_ROW_GROUP_BYTES, max_cell_bytes: int = DEFAULT_MAX_SAMPLE_BYTES):
     """The samples of one row group, in row order (see the module docstring for what is skipped)."""
     check_field_mapping("columns", columns, "column name")
     if any("" in path.split(".") for path in columns.values()):
@@ -47,13 +60,15 @@ def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch
     base = posixpath.basename(unit.path)
     stem = base[:-len(".parquet")] if base.lower().endswith(".parquet") else base
     leaves = sorted(set(columns.values()))
-    with _opened(unit.path) as file:
-        problem = (_schema_problem(file.schema_arrow, columns)
-                   or _size_problem(file.metadata.row_group(unit.part), leaves, max_row_group_bytes))
+    with _opened(unit.path) as (file, raw):
+        group = file.metadata.row_group(unit.part)
+        chunks = _mapped_chunks(group, leaves)
+        problem = (_schema_problem(file.schema_arrow, columns) or _size_problem(chunks, max_row_group_bytes)
+                   or _page_problem(raw, chunks, max_cell_bytes))
         if problem is not None:
             return skip_or_raise(f"{where}: {problem}", strict, on_skip)
-        row = unit.first_row
-        for batch in file.iter_batches(batch_size=batch_rows, row_groups=[unit.part], columns=leaves):
+        row, size = unit.first_row, _batch_rows(group.num_rows, chunks, batch_rows)
+        for batch in file.iter_batches(batch_size=size, row_groups=[unit.part], columns=leaves):
             values = {name: _values(batch, path) for name, path in columns.items()}
             for i in range(batch.num_rows):
                 try:
@@ -65,16 +80,17 @@ def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch
 
 @contextmanager
 def _opened(path: str):
-    """A pyarrow ParquetFile over a local path or fsspec URL, closed after; CorpusError when it is not Parquet."""
+    """(a pyarrow ParquetFile, the binary file under it) over a local path or fsspec URL, closed after; CorpusError
+    when it is not Parquet."""
     import pyarrow
     import pyarrow.parquet as pq
 
     with open_binary(path) as raw:
         try:
-            file = pq.ParquetFile(raw)
+            file = pq.ParquetFile(raw, buffer_size=READ_BUFFER)
         except (pyarrow.ArrowException, OSError) as exc:
             raise CorpusError(f"{path}: not a Parquet file ({exc})") from None
-        yield file
+        yield file, raw
 
 
 def _schema_problem(schema, columns: dict) -> str | None:
@@ -92,15 +108,50 @@ def _schema_problem(schema, columns: dict) -> str | None:
     return None
 
 
-def _size_problem(group, leaves: list, limit: int) -> str | None:
-    """Whether the column chunks that `leaves` select in row group metadata `group` hold more compressed
-    bytes than `limit` (pyarrow holds a column chunk whole while it decodes it), or None."""
-    paths = (group.column(j).path_in_schema for j in range(group.num_columns))
-    size = sum(group.column(j).total_compressed_size for j, path in enumerate(paths)
-               if any(path == leaf or path.startswith(leaf + ".") for leaf in leaves))
+def _mapped_chunks(group, leaves: list) -> list:
+    """The column chunk metadata of row group metadata `group` that `leaves` select (a struct path selects its
+    leaves)."""
+    chunks = (group.column(j) for j in range(group.num_columns))
+    return [chunk for chunk in chunks
+            if any(chunk.path_in_schema == leaf or chunk.path_in_schema.startswith(leaf + ".") for leaf in leaves)]
+
+
+def _size_problem(chunks: list, limit: int) -> str | None:
+    """Whether column chunks `chunks` hold more compressed bytes than `limit`, or None."""
+    size = sum(chunk.total_compressed_size for chunk in chunks)
     if size > limit:
         return f"its mapped columns hold {size} compressed bytes, above max_row_group_bytes={limit}"
     return None
+
+
+def _page_problem(raw, chunks: list, most: int) -> str | None:
+    """What in the page headers of column chunks `chunks` (in binary file `raw`) would take more memory to
+    decompress than a cell of `most` bytes or MAX_PAGE_BYTES may (see the module), or None.  A chunk whose
+    footer says it holds at most both has no such page: its headers are not read."""
+    for chunk in chunks:
+        if chunk.total_uncompressed_size <= min(most, MAX_PAGE_BYTES):
+            continue
+        where = f"column {chunk.path_in_schema!r}"
+        starts = [offset for offset in (chunk.dictionary_page_offset, chunk.data_page_offset) if offset]
+        try:
+            for page in pages(raw, min(starts, default=0), chunk.total_compressed_size):
+                if page.uncompressed > max(page.values, 1) * (most + CELL_OVERHEAD):
+                    return (f"{where}: the page at byte offset {page.offset} holds {page.values} value(s) in "
+                            f"{page.uncompressed:,} bytes, one at least above the limit of {most:,} "
+                            f"(--max-sample-bytes); not decompressed")
+                if page.uncompressed > MAX_PAGE_BYTES:
+                    return (f"{where}: the page at byte offset {page.offset} is {page.uncompressed:,} bytes "
+                            f"uncompressed, above the {MAX_PAGE_BYTES:,} a page may take in memory; not decompressed")
+        except ValueError as exc:
+            return f"{where}: {exc}"
+    return None
+
+
+def _batch_rows(rows: int, chunks: list, most: int) -> int:
+    """Rows a batch of the row group reads: at most `most`, and about BATCH_BYTES of the mapped columns by the
+    footer's uncompressed sizes (at least one row)."""
+    size = sum(chunk.total_uncompressed_size for chunk in chunks)
+    return max(1, min(most, BATCH_BYTES * rows // max(size, 1)))
 
 
 def _column_type(schema, path: str):
