@@ -63,6 +63,8 @@ def encode_example(bytes_features: dict, int_features: dict) -> tuple:
 def _read_varint(buffer, position: int) -> tuple:
     result = shift = 0
     while True:
+        if position >= len(buffer):
+            raise ValueError("varint runs past the end of the record")
         byte = buffer[position]
         position += 1
         result |= (byte & 0x7F) << shift
@@ -93,19 +95,35 @@ def _fields(buffer, start: int, end: int):
         yield field, wire, value
 
 
+def _span(value, what: str) -> tuple:
+    """`value` when it is a delimited payload's (start, end), else ValueError naming `what`: a record whose
+    protobuf holds an int where a message or bytes belong (type confusion, which parses but means nothing)."""
+    if not isinstance(value, tuple):
+        raise ValueError(f"{what} is not length-delimited")
+    return value
+
+
+def _delimited_fields(buffer, span, what: str):
+    """`_fields` of a message that must be length-delimited (see `_span`)."""
+    return _fields(buffer, *_span(span, what))
+
+
 def decode_example(buffer) -> dict:
-    """{name: list of bytes values (as (start, end) spans of `buffer`) or list of ints} of a serialized Example."""
+    """{name: list of bytes values (as (start, end) spans of `buffer`) or list of ints} of a serialized Example.
+
+    Every malformed Example raises ValueError (UnicodeDecodeError for a name that is not UTF-8), nothing else:
+    the bytes are untrusted, and a wire type other than the schema's is refused where it matters."""
     features = {}
-    for field, wire, span in _fields(buffer, 0, len(buffer)):
-        if field != 1 or wire != LENGTH_DELIMITED:
+    for field, _, span in _fields(buffer, 0, len(buffer)):
+        if field != 1:
             continue
-        for _, entry_wire, entry in _fields(buffer, *span):
-            if entry_wire != LENGTH_DELIMITED:
+        for entry_field, _, entry in _delimited_fields(buffer, span, "Example.features"):
+            if entry_field != 1:
                 continue
-            name, value = None, []
-            for key_field, _, part in _fields(buffer, *entry):
+            name, value = "", []  # protobuf's default for a map entry without its key
+            for key_field, _, part in _delimited_fields(buffer, entry, "a feature map entry"):
                 if key_field == 1:
-                    name = bytes(buffer[part[0]:part[1]]).decode("utf-8")
+                    name = bytes(buffer[slice(*_span(part, "a feature's name"))]).decode("utf-8")
                 elif key_field == 2:
                     value = _feature_values(buffer, part)
             features[name] = value
@@ -113,18 +131,28 @@ def decode_example(buffer) -> dict:
 
 
 def _feature_values(buffer, span) -> list:
+    """The values of one Feature message: (start, end) spans for a bytes_list, ints for an int64_list
+    (packed or not), none for a float_list."""
     values = []
-    for kind, _, inner in _fields(buffer, *span):
-        for _, wire, item in _fields(buffer, *inner):
+    for kind, _, inner in _delimited_fields(buffer, span, "a Feature"):
+        if kind not in (BYTES_LIST, INT64_LIST):
+            continue
+        for field, wire, item in _delimited_fields(buffer, inner, "a feature's value list"):
+            if field != 1:
+                continue
             if kind == BYTES_LIST:
-                values.append(item)
-            elif kind == INT64_LIST and wire == VARINT:
+                values.append(_span(item, "a bytes_list value"))
+            elif wire == VARINT:
                 values.append(_signed(item))
-            elif kind == INT64_LIST:  # packed
+            elif wire == LENGTH_DELIMITED:  # packed
                 position = item[0]
                 while position < item[1]:
                     number, position = _read_varint(buffer, position)
                     values.append(_signed(number))
+                if position > item[1]:
+                    raise ValueError("a packed int64_list runs past its end")
+            else:
+                raise ValueError(f"an int64_list value has wire type {wire}")
     return values
 
 

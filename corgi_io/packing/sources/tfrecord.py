@@ -86,7 +86,7 @@ def _sample(example: bytes, features: dict, default_key: str) -> PackSample:
     """The PackSample of one Example by the `features` mapping; BadInput naming what is missing or wrong."""
     try:
         decoded = decode_example(example)
-    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # the parser's only error for malformed bytes (UnicodeDecodeError is one)
         raise BadInput(f"not a tf.train.Example ({type(exc).__name__}: {exc})") from None
     values = {name: _feature(example, decoded, feature, name) for name, feature in features.items()}
     if "key" in values:
