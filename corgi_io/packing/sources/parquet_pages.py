@@ -61,6 +61,8 @@ def _header(file, position: int, most: int) -> tuple:
                 raise ValueError(f"byte offset {position}: a page header that does not end within "
                                  f"{len(data):,} bytes") from None
             want = min(want * 16, most)
+        except ValueError as exc:
+            raise ValueError(f"byte offset {position}: {exc}") from None
 
 
 class _Reader:
@@ -108,8 +110,8 @@ class _Reader:
             head = self._byte()
             count, kinds = (head >> 4 if head >> 4 != 15 else self._varint()), (head & 0x0F,)
         for _ in range(count):
-            for element in kinds:
-                self._byte() if element in (_TRUE, _FALSE) and kind != _MAP else self.value(element, depth + 1)
+            for element in kinds:  # a bool element is a byte of its own, unlike a bool field
+                self._byte() if element in (_TRUE, _FALSE) else self.value(element, depth + 1)
 
     def _skip(self, count: int) -> None:
         if self.position + count > len(self.data):
