@@ -14,7 +14,7 @@ from tfrecord.reader import tfrecord_loader
 
 from corgi_io.errors import CorpusError, PackError
 from corgi_io.formats import get_format
-from corgi_io.manifest import ManifestError, open_manifest
+from corgi_io.manifest import MANIFEST_VERSION, ManifestError, open_manifest
 from corgi_io.manifest.checksum import checksum_function
 from corgi_io.packing import PackOptions, pack
 from corgi_io.packing.corpus import EXTENSIONS, discover
@@ -86,7 +86,7 @@ def test_more_than_64_field_names_are_refused(tmp_path):
 def test_fields_pack_and_stock_readers_see_them(tmp_path, fmt):
     expected = captioned_corpus(tmp_path / "src")
     m = pack(tmp_path / "src", tmp_path / "out", PackOptions(format=fmt), progress=False)
-    assert (m.version, m.fields, m.max_fields, m.field_counts()) == (3, ["jpg", "json", "txt"], 3, [6, 4, 6])
+    assert (m.version, m.fields, m.max_fields, m.field_counts()) == (MANIFEST_VERSION, ["jpg", "json", "txt"], 3, [6, 4, 6])
     assert m.extensions == ["jpg"] and {m.kind_name(i) for i in range(m.num_samples)} == {"image"}
     masks = dict(zip(m.keys(), m.samples.fields.tolist()))
     assert masks == {key: 0b101 if key.endswith("001") else 0b111 for key in expected}
