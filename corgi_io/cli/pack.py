@@ -191,7 +191,7 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
                         strict=strict, overwrite=overwrite, map_timeout=map_timeout)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
-               f"and {counted(len(manifest.shards), 'shard')} in {output} ({len(manifest.skipped)} skipped)")
+               f"and {counted(len(manifest.shards), 'shard')} in {output} ({manifest.skips['count']} skipped)")
 
 
 def _dask_client(address):

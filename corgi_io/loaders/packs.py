@@ -106,6 +106,10 @@ class PackBlend:
             check_weights(names, weights)  # before any manifest is opened
         self.spec, self.names = spec, names
         self.packs = [OnePack(path, spec) for path in sources.values()]
+        clashing = [name for name, pack in zip(names, self.packs) if "source" in (pack.manifest.fields or ())]
+        if clashing:  # packs made before `source` was reserved at pack time (issue 28)
+            raise ArgumentError(f"the blend's sources {clashing} have a field named 'source', which a blend sets "
+                                "on every sample to its source's name: re-pack them with that field renamed")
         sizes = [pack.manifest.num_samples for pack in self.packs]
         self.weights = check_weights(names, sizes if weights is None else weights)
         empty = [name for name, size, w in zip(names, sizes, self.weights) if w > 0 and size == 0]

@@ -95,7 +95,7 @@ class SampleGrouper:
         unshown = len(self.skipped) - self.kind_skips - self.warned
         if unshown > 0:
             warn(f"skipped {unshown} more inputs, not shown; a finished pack lists every skipped input "
-                 "with its reason under 'skipped' in manifest.json")
+                 "with its reason in columns/skipped.jsonl (corgi verify and Manifest.skip_records() read it)")
 
     def add(self, entry) -> None:
         """Queue one entry into the sample it belongs to; a new stem closes the previous sample (`close_group`)."""

@@ -90,8 +90,11 @@ class _UnitWriter:
         self.duplicates = duplicate_mask(task.duplicates, *task.bounds)
 
     def reader_skipped(self, message: str) -> None:
-        """A reader's skip (a bad member, record or row): recorded against the unit's file."""
-        self.skipped.append({"path": self.task.unit.path, "reason": message.removeprefix("skipped ")})
+        """A reader's skip (a bad member, record or row): recorded against the unit's file (named once: the
+        reader's message may begin with it too)."""
+        path = self.task.unit.path
+        reason = message.removeprefix("skipped ").removeprefix(f"{path}: ")
+        self.skipped.append({"path": path, "reason": reason})
 
     def add(self, sample, duplicate: bool = False) -> None:
         """Check, size, transform and encode one sample into the open block (closing it first when full); a

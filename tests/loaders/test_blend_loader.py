@@ -242,3 +242,20 @@ def test_persistent_workers_read_each_new_epoch_of_a_blend(packs):
         fresh = CorgiPileDataset(two(packs), weights=[0.5, 0.5], samples_per_epoch=100, batch_size=10)
         fresh.set_epoch(epoch)
         assert got == sorted(t for batch in fresh for t in tags(batch))
+
+
+def test_a_pack_with_a_field_named_source_is_refused_in_a_blend(packs, tmp_path):
+    """A blend sets `source` on every sample; a pack made before pack time reserved that name, holding such a field,
+    would lose it silently: the blend refuses it in one line, naming the source."""
+    import json
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(packs["code"], old)
+    head = json.loads((old / "manifest.json").read_text())
+    head["fields"], head["max_fields"] = head["fields"] + ["source"], 2  # as an old pack with a .source member
+    (old / "manifest.json").write_text(json.dumps(head))
+    assert "source" in open_manifest(old).fields
+    with pytest.raises(ArgumentError, match=r"\['old'\] have a field named 'source'"):
+        CorgiPileDataset({"web": packs["web"], "old": old})
+    CorgiPileDataset({"web": packs["web"], "code": packs["code"]})  # the same pack without it blends
