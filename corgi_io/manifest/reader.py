@@ -93,11 +93,6 @@ class Manifest:
                 raw = _read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES)
                 yield from parse_head(raw, storage.url(HEAD_NAME))["skipped"]
 
-    @property
-    def skipped(self) -> list:
-        """Every skip record as a list (all read at once: `skip_records` streams them)."""
-        return list(self.skip_records())
-
     def validate_rows(self, start: int = 0, stop: int | None = None) -> None:
         """Check the per-sample rows of every block holding a sample in [start, stop) (all by default).
 

@@ -54,8 +54,8 @@ def test_bad_inputs_are_skipped_with_warning_and_recorded(tmp_path, corgi, fmt, 
         assert len(warning) == 1, result.stderr
         assert "warning" in warning[0].lower() and all(w in warning[0] for w in words), warning[0]
     m = open_manifest(out)
-    assert {s["path"]: s["reason"] for s in m.skipped}.keys() == BAD.keys()
-    for entry in m.skipped:
+    assert {s["path"]: s["reason"] for s in list(m.skip_records())}.keys() == BAD.keys()
+    for entry in list(m.skip_records()):
         assert all(w in entry["reason"] for w in BAD[entry["path"]]), entry
     assert m.num_samples == len(good)
     assert sorted(m.samples.size.tolist()) == sorted(good.values())
@@ -164,7 +164,7 @@ def test_listing_naming_missing_files(tmp_path, corgi):
     assert result.exit_code == 0, result.output
     m = open_manifest(out)
     assert m.num_samples == 1
-    assert [s["path"] for s in m.skipped] == ["gone.txt"]
+    assert [s["path"] for s in list(m.skip_records())] == ["gone.txt"]
 
 
 # --- corgi stats --------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_hostile_listing_row_is_skipped_with_a_warning_or_fatal_when_strict(tmp_
     assert "line 2" in warning and shown in warning, warning
     m = open_manifest(tmp_path / "out")
     assert m.keys() == ["good"]
-    assert len(m.skipped) == 1 and m.skipped[0]["reason"].startswith("line 2: key ")
+    assert len(list(m.skip_records())) == 1 and list(m.skip_records())[0]["reason"].startswith("line 2: key ")
 
     strict = corgi("pack", base / "list.jsonl", tmp_path / "strict", "--workers", "1", "--strict")
     assert strict.exit_code == 1
@@ -140,7 +140,7 @@ def test_missing_and_non_regular_listing_rows_are_warned_and_fatal_when_strict(t
     gone, folder = warnings_of(result.stderr)
     assert "gone.txt" in gone and "line 2" in gone and "No such file" in gone
     assert "folder.txt" in folder and "line 3" in folder and "not a regular file (a folder)" in folder
-    assert [s["path"] for s in open_manifest(tmp_path / "out").skipped] == ["gone.txt", "folder.txt"]
+    assert [s["path"] for s in list(open_manifest(tmp_path / "out").skip_records())] == ["gone.txt", "folder.txt"]
 
     strict = corgi("pack", base / "list.jsonl", tmp_path / "strict", "--workers", "1", "--strict")
     assert strict.exit_code == 1
@@ -229,7 +229,7 @@ def test_non_utf8_and_control_names_are_escaped_and_packed(tmp_path, corgi):
     assert result.exit_code == 0, result.output
     m = open_manifest(out)
     assert m.labels == ["c\\xe9"]
-    assert m.skipped == [{"path": "c\\xe9/bad\\xff.xyz", "reason": "unknown extension '.xyz'"}]
+    assert list(m.skip_records()) == [{"path": "c\\xe9/bad\\xff.xyz", "reason": "unknown extension '.xyz'"}]
     assert all(key_problem(key) is None for key in m.keys())
     stored = {unquote_to_bytes(key): int(size) for key, size in zip(m.keys(), m.samples.size)}
     assert stored == {b"c\xe9/" + name[:-4]: n for name, n in names.items()}  # keys decode to the exact names
@@ -256,7 +256,7 @@ def test_fifo_socket_device_and_symlinks_in_a_folder_walk(tmp_path, monkeypatch)
     assert result.returncode == 0, result.stderr
     m = open_manifest(tmp_path / "out")
     assert sorted(m.keys()) == ["a/link", "a/ok"]
-    reasons = {s["path"]: s["reason"] for s in m.skipped}
+    reasons = {s["path"]: s["reason"] for s in list(m.skip_records())}
     assert reasons == {"a/x.jpg": "not a regular file (a FIFO)", "a/sock.jpg": "not a regular file (a socket)",
                        "a/null.txt": "not a regular file (a character device)",
                        "a/loop.txt": "cannot stat: Too many levels of symbolic links",
@@ -319,7 +319,7 @@ def test_a_fifo_swapped_in_after_the_walk_is_never_read(tmp_path, corgi, monkeyp
     outcome = _within(HANG_TIMEOUT_S, corgi, "pack", src, out, "--workers", "1")
     assert outcome["value"].exit_code == 0, outcome
     m = open_manifest(out)
-    assert m.keys() == ["a/ok"] and m.skipped == [{"path": "a/swapped.png", "reason": "not a regular file (a FIFO)"}]
+    assert m.keys() == ["a/ok"] and list(m.skip_records()) == [{"path": "a/swapped.png", "reason": "not a regular file (a FIFO)"}]
 
 
 # --- plain reasons, capped warnings ----------------------------------------------------------
@@ -336,7 +336,7 @@ def test_reasons_are_plain_text(tmp_path, corgi):
     (src / "a" / "short.avi").write_bytes(data[: len(data) // 3])
     result = corgi("pack", src, tmp_path / "out", "--workers", "1")
     assert result.exit_code == 0, result.output
-    reasons = {s["path"]: s["reason"] for s in open_manifest(tmp_path / "out").skipped}
+    reasons = {s["path"]: s["reason"] for s in list(open_manifest(tmp_path / "out").skip_records())}
     assert reasons["a/empty.jpg"] == "empty image file (0 bytes)"
     assert reasons["a/void.mp4"] == "empty video file (0 bytes)"
     assert reasons["a/zeros.png"] == "not a readable image (Pillow does not recognise its format)"

@@ -121,8 +121,8 @@ def test_require_drops_samples_without_those_fields_each_recorded(tmp_path):
     captioned_corpus(tmp_path / "src")
     m = pack(tmp_path / "src", tmp_path / "out", PackOptions(require=("jpg", "json")), progress=False)
     assert sorted(m.keys()) == ["cat/000", "cat/002", "dog/000", "dog/002"]
-    assert sorted(entry["path"] for entry in m.skipped) == ["cat/001.jpg", "cat/001.txt", "dog/001.jpg", "dog/001.txt"]
-    assert {entry["reason"] for entry in m.skipped} == {"no field 'json' (--require jpg,json)"}
+    assert sorted(entry["path"] for entry in list(m.skip_records())) == ["cat/001.jpg", "cat/001.txt", "dog/001.jpg", "dog/001.txt"]
+    assert {entry["reason"] for entry in list(m.skip_records())} == {"no field 'json' (--require jpg,json)"}
 
 
 def test_primary_chooses_the_field_whose_kind_and_size_count(tmp_path):
@@ -137,7 +137,7 @@ def test_primary_chooses_the_field_whose_kind_and_size_count(tmp_path):
 def test_the_mixed_example_corpus_still_gives_30_one_field_samples(tmp_path):
     root = Path(__file__).parents[2] / "examples" / "corpus"
     m = pack(root, tmp_path / "out", progress=False)
-    assert (m.num_samples, m.max_fields, len(m.skipped)) == (30, 1, 0)
+    assert (m.num_samples, m.max_fields, len(list(m.skip_records()))) == (30, 1, 0)
     assert sum(m.field_counts()) == 30 and set(m.fields) == set(m.extensions)
 
 

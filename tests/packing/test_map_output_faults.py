@@ -164,7 +164,7 @@ def test_a_fresh_pack_passes_verify_whatever_the_map_returns(tmp_path, user_map,
     assert run.returncode == 0, run.stderr
     manifest = open_manifest(tmp_path / "out")
     assert sorted(key[-1] for key in manifest.keys()) == ["1", "3", "5"]
-    assert {entry["reason"] for entry in manifest.skipped} == {f"after the transforms: {reserved_reason_of(name)}"}
+    assert {entry["reason"] for entry in list(manifest.skip_records())} == {f"after the transforms: {reserved_reason_of(name)}"}
     verify = corgi("verify", tmp_path / "out")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     if fmt == "wds":  # stock webdataset raised "duplicate file name" on a second .cls member
@@ -226,7 +226,7 @@ def test_sys_exit_in_a_map_skips_that_sample_and_never_ends_the_pack_silently(tm
     assert run.returncode == 0, run.stderr
     manifest = open_manifest(tmp_path / "out")
     assert sorted(key[-1] for key in manifest.keys()) == ["1", "3", "5"]
-    assert all("raised SystemExit" in entry["reason"] for entry in manifest.skipped)
+    assert all("raised SystemExit" in entry["reason"] for entry in list(manifest.skip_records()))
     every = corgi("pack", source, tmp_path / "every", "--map", f"{user_map()}:exits_always", *args)
     line = one_error_line(every)
     assert "the corpus is empty (every sample was skipped: 6 skipped, first: " in line and "SystemExit" in line

@@ -114,7 +114,7 @@ def test_an_image_bomb_is_skipped_with_its_reason(bomb_corpus, tmp_path, corgi):
     m = open_manifest(tmp_path / "out")
     assert sorted(m.keys()) == ["a/note", "a/ok"]
     reason = "image of 3,600,000,000 pixels, above the limit of 89,478,485 (--max-pixels)"
-    assert m.skipped == [{"path": "a/bomb.png", "reason": reason}]
+    assert list(m.skip_records()) == [{"path": "a/bomb.png", "reason": reason}]
     assert f"skipped a/bomb.png: {reason}" in result.stderr
     assert m.options["max_pixels"] == DEFAULT_MAX_PIXELS
 
@@ -132,7 +132,7 @@ def test_max_pixels_is_part_of_the_pack_identity(bomb_corpus, tmp_path, corgi):
     assert corgi("pack", bomb_corpus, tmp_path / "out", "--workers", "1", "--max-pixels", "100").exit_code == 0
     m = open_manifest(tmp_path / "out")
     assert sorted(m.keys()) == ["a/note", "a/ok"] and m.options["max_pixels"] == 100
-    assert {entry["path"] for entry in m.skipped} == {"a/bomb.png", "a/wide.png"}
+    assert {entry["path"] for entry in list(m.skip_records())} == {"a/bomb.png", "a/wide.png"}
     again = corgi("pack", bomb_corpus, tmp_path / "out", "--workers", "1", "--max-pixels", "400")
     assert again.exit_code == 1 and "max_pixels" in again.stderr
 
@@ -146,7 +146,7 @@ def test_a_size_function_does_not_lift_the_pixel_limit(bomb_corpus, tmp_path, co
     assert result.exit_code == 0, result.output
     m = open_manifest(tmp_path / "out")
     assert sorted(m.keys()) == ["a/note", "a/ok"] and m.samples.size.tolist() == [1, 1]
-    assert [entry["path"] for entry in m.skipped] == ["a/bomb.png"]
+    assert [entry["path"] for entry in list(m.skip_records())] == ["a/bomb.png"]
 
 
 def test_verify_max_pixels_reports_images_recorded_above_it(bomb_corpus, tmp_path, corgi):
@@ -194,7 +194,7 @@ def test_a_file_above_max_sample_bytes_is_skipped_unread(tmp_path, corgi, monkey
     assert result.exit_code == 0, result.output
     m = open_manifest(tmp_path / "out")
     reason = "2,000 bytes, above the limit of 1,024 (--max-sample-bytes)"
-    assert m.keys() == ["a/small"] and m.skipped == [{"path": "a/large.txt", "reason": reason}]
+    assert m.keys() == ["a/small"] and list(m.skip_records()) == [{"path": "a/large.txt", "reason": reason}]
     assert f"skipped a/large.txt: {reason}" in result.stderr
     assert [os.path.basename(path) for path in read] == ["small.txt"]
     assert m.options["max_sample_bytes"] == 1024
@@ -253,8 +253,8 @@ def test_kind_keeps_only_files_of_that_kind_as_its_help_says(tmp_path, corgi):
     assert result.exit_code == 0
     m = open_manifest(tmp_path / "out")
     assert sorted(m.keys()) == ["a/pic", "a/raw"]
-    assert sorted(entry["path"] for entry in m.skipped) == ["a/more.md", "a/notes.txt"]
-    assert {entry["reason"] for entry in m.skipped} == {"a text file: --kind image keeps only image files"}
+    assert sorted(entry["path"] for entry in list(m.skip_records())) == ["a/more.md", "a/notes.txt"]
+    assert {entry["reason"] for entry in list(m.skip_records())} == {"a text file: --kind image keeps only image files"}
     warnings = [line for line in result.stderr.splitlines() if "skipped" in line]
     assert warnings == ["corgi pack: warning: skipped 2 files of other kinds than image (--kind image)"], result.stderr
 

@@ -53,7 +53,7 @@ def test_image_pixels_equal_pil_width_times_height(tmp_path, corgi):
     result = corgi("pack", src, out, "--workers", "1")
     assert result.exit_code == 0, result.output
     m = open_manifest(out)
-    assert m.skipped == []
+    assert list(m.skip_records()) == []
     got = dict(zip(m.keys(), m.samples.size.tolist()))
     for name in IMAGES:
         with Image.open(src / "img" / name) as image:
@@ -119,7 +119,7 @@ def test_valid_image_with_trailing_bytes_is_packed(tmp_path, corgi, fmt):
     result = corgi("pack", tmp_path / "src", out, "--workers", "1")
     assert result.exit_code == 0, result.output
     m = open_manifest(out)
-    assert m.skipped == [] and m.samples.size.tolist() == [200]
+    assert list(m.skip_records()) == [] and m.samples.size.tolist() == [200]
 
 
 def test_truncated_png_is_skipped(tmp_path, corgi):
@@ -131,7 +131,7 @@ def test_truncated_png_is_skipped(tmp_path, corgi):
     assert result.exit_code == 0
     assert "a/cut.png" in result.stderr
     m = open_manifest(out)
-    assert [s["path"] for s in m.skipped] == ["a/cut.png"] and m.num_samples == 1
+    assert [s["path"] for s in list(m.skip_records())] == ["a/cut.png"] and m.num_samples == 1
 
 
 # --- the JPEG and PNG header readers (what imagesize did, without its file-like layers) --------------

@@ -62,7 +62,7 @@ def test_large_images_resized_small_ones_byte_identical(corpus, tmp_path, fmt):
     result = run_pack(corpus, tmp_path / "out", "--format", fmt, "--image-max-side", str(SIDE))
     assert result.exit_code == 0, result.output
     manifest = open_manifest(tmp_path / "out")
-    assert manifest.num_samples == len(SIZES) and not manifest.skipped
+    assert manifest.num_samples == len(SIZES) and not list(manifest.skip_records())
     if fmt == "wds":
         images = {key: (fields["jpg"], fields["txt"]) for key, fields in stock_wds(tmp_path / "out").items()}
     else:
@@ -100,7 +100,7 @@ def test_min_and_max_size_skip_with_a_reason(corpus, tmp_path):
     kept = {key for key, (width, height) in SIZES.items() if 1000 <= round_area(width, height) <= 3000}
     assert kept == {"big/a", "big/b", "small/c"}  # big/a kept: 20,000 pixels before the resize, 2,048 after
     assert set(manifest.keys()) == kept
-    skipped = {entry["path"]: entry["reason"] for entry in manifest.skipped}
+    skipped = {entry["path"]: entry["reason"] for entry in list(manifest.skip_records())}
     assert set(skipped) == {f"{key}.{ext}" for key in set(SIZES) - kept for ext in ("jpg", "txt")}
     assert "small/d.jpg" in skipped and "1,000" in skipped["small/d.jpg"]
 
@@ -158,7 +158,7 @@ def test_an_image_that_cannot_be_resized_is_skipped_or_fatal_under_strict(corpus
     assert run_pack(source, tmp_path / "out", "--image-max-side", str(SIDE)).exit_code == 0
     manifest = open_manifest(tmp_path / "out")
     assert manifest.keys() == ["still"]
-    assert [entry["path"] for entry in manifest.skipped] == ["anim.gif"] and "animated" in manifest.skipped[0]["reason"]
+    assert [entry["path"] for entry in list(manifest.skip_records())] == ["anim.gif"] and "animated" in list(manifest.skip_records())[0]["reason"]
     strict = run_pack(source, tmp_path / "strict", "--image-max-side", str(SIDE), "--strict")
     assert strict.exit_code != 0 and "anim.gif" in strict.output and "animated" in strict.output
 
@@ -241,7 +241,7 @@ def test_image_format_reencodes_and_renames_fields(tmp_path, fmt, image_format, 
                       image_format)
     assert result.exit_code == 0, result.output
     manifest = open_manifest(tmp_path / "out")
-    assert manifest.extensions == [field] and set(manifest.fields) == {field, "txt"} and not manifest.skipped
+    assert manifest.extensions == [field] and set(manifest.fields) == {field, "txt"} and not list(manifest.skip_records())
     for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle="none"):
         width, height, ext = sizes[sample["key"]]
         assert sample["ext"] == field and sample["fields"] == [field, "txt"] and sample["txt"] == sample["key"].encode()
@@ -282,7 +282,7 @@ def test_map_gives_new_fields_drops_and_skips_in_the_workers(corpus, tmp_path, w
     manifest = open_manifest(tmp_path / "out")
     assert manifest.keys() == ["big/a", "small/c"] and manifest.fields == ["jpg", "json"]
     assert manifest.samples.fields.tolist() == [0b11, 0b11]
-    reasons = {entry["path"]: entry["reason"] for entry in manifest.skipped}
+    reasons = {entry["path"]: entry["reason"] for entry in list(manifest.skip_records())}
     assert "returned None" in reasons["small/d.jpg"] and "cannot caption big/b" in reasons["big/b.jpg"]
     got = stock_wds(tmp_path / "out")
     assert set(got["big/a"]) == {"jpg", "json", "cls"} and b'"key": "big/a"' in got["big/a"]["json"]
@@ -335,7 +335,7 @@ def test_dedup_keeps_the_first_copy_in_pack_order(tmp_path, order, workers):
     assert len(keys) == 4 and sorted(int(key.split("/")[1]) % 4 for key in keys) == [0, 1, 2, 3]
     if order == "keep":
         assert sorted(keys) == ["c0/0", "c0/2", "c1/1", "c1/3"]
-    removed = [entry["path"] for entry in manifest.skipped if "--dedup" in entry["reason"]]
+    removed = [entry["path"] for entry in list(manifest.skip_records()) if "--dedup" in entry["reason"]]
     assert len(removed) == 4 and not set(removed) & {f"{key}.jpg" for key in keys}
     again = CliRunner().invoke(main, ["pack", str(source), str(tmp_path / "again"), "--workers", "1", "--order",
                                       order, "--dedup"])

@@ -212,5 +212,5 @@ def test_skipped_inputs_at_write_time_are_warned_and_recorded(tmp_path, corgi):
     assert "warning: skipped a/latin1.txt: not UTF-8 text" in result.stderr
     head = json.loads((tmp_path / "out" / "manifest.json").read_bytes())
     assert head["skipped"]["count"] == 1  # the head summarises; columns/skipped.jsonl holds the records
-    assert open_manifest(tmp_path / "out").skipped == [{"path": "a/latin1.txt", "reason": "not UTF-8 text (byte 3)"}]
+    assert list(open_manifest(tmp_path / "out").skip_records()) == [{"path": "a/latin1.txt", "reason": "not UTF-8 text (byte 3)"}]
     assert open_manifest(tmp_path / "out").keys() == ["a/ok"]
