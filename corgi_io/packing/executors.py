@@ -131,6 +131,12 @@ class LocalExecutor:
         if self._pool is None:
             yield from self._run_here(function, tasks, progress)
             return
+        try:
+            yield from self._run_pooled(function, tasks, progress)
+        except BrokenProcessPool as broken:  # from a result, or from a submit once the pool is broken
+            raise self._died(broken) from None
+
+    def _run_pooled(self, function, tasks, progress):
         tasks, pending, relayed = iter(tasks), set(), [0, 0]
         while True:
             while len(pending) < self.workers * TASKS_AHEAD and (task := next(tasks, None)) is not None:
@@ -141,11 +147,7 @@ class LocalExecutor:
             self._relay(progress, relayed)
             self._stop_overdue()
             for future in done:
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    raise self._died() from None
-                yield result
+                yield future.result()
 
     @staticmethod
     def _run_here(function, tasks, progress):
@@ -176,26 +178,26 @@ class LocalExecutor:
                 os.kill(pid, signal.SIGKILL)
                 return
 
-    def _died(self) -> PackError:
-        """The one-line error of a broken pool: the worker that died (or was stopped), how, and its sample."""
+    def _died(self, broken: BrokenProcessPool) -> PackError:
+        """The one-line error of a broken pool: the worker that died (or was stopped), how, and its sample; else why
+        the pool broke (a result that could not be loaded, a worker not yet seen to end)."""
         processes = list((getattr(self._pool, "_processes", None) or {}).values())  # before shutdown forgets them
         self._pool.shutdown(wait=True)
         self._pool = None
-        board = self._board.entries()
-        if self._stopped is not None:
-            pid, why = self._stopped
-        else:
-            pid, why = _culprit(processes)
-        where = board.get(pid, (0.0, ""))[1] or "a task"
+        pid, why = self._stopped or _culprit(processes, broken)
+        if pid is None:
+            return PackError(f"the worker pool broke: {why}; {RESUME_HINT}")
+        where = self._board.entries().get(pid, (0.0, ""))[1] or "a task"
         return PackError(f"{where}: worker process {pid} {why}; {RESUME_HINT}")
 
 
-def _culprit(processes: list) -> tuple:
+def _culprit(processes: list, broken: BrokenProcessPool) -> tuple:
     """(pid, how it ended) of the pool worker whose death broke the pool: the one that did not end by the SIGTERM
-    the pool sends the others once one has died (else the first that ended)."""
+    the pool sends the others once one has died (else the first that ended); (None, the cause) when the pool broke
+    on a result it could not load, or no worker is seen to have ended."""
     ended = [process for process in processes if process.exitcode is not None]
-    if not ended:
-        return None, "died"
+    if broken.__cause__ is not None or not ended:
+        return None, _last_line(broken.__cause__ or broken)
     process = next((p for p in ended if p.exitcode != -signal.SIGTERM), ended[0])
     code = process.exitcode
     if code >= 0:
@@ -205,3 +207,9 @@ def _culprit(processes: list) -> tuple:
     except ValueError:
         name = str(-code)
     return process.pid, f"was killed by signal {name} while packing it"
+
+
+def _last_line(error: BaseException) -> str:
+    """The last line of `error`'s message: the exception that ends a worker's traceback (a _RemoteTraceback)."""
+    lines = [line for line in str(error).splitlines() if line.strip(" '")]
+    return lines[-1] if lines else type(error).__name__

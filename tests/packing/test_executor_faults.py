@@ -1,0 +1,70 @@
+"""The local pool executor when a worker dies, hangs or breaks the pool (issue 28's review of executors.py).
+
+Every case is made deterministic: the task stream waits until the pool is broken, a worker kills itself at the
+point under test, or a result cannot be loaded by the driver.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from corgi_io.errors import PackError
+from corgi_io.packing.executors import LocalExecutor
+
+
+@dataclass(frozen=True)
+class Job:
+    """A task of these tests: `path` names it, `action` says what the worker does."""
+
+    path: str
+    action: str = "ok"
+
+
+def _refuse_to_load():
+    raise ValueError("this result cannot be loaded")
+
+
+class Unloadable:
+    """A result that pickles in the worker but whose loading in the driver raises."""
+
+    def __reduce__(self):
+        return _refuse_to_load, ()
+
+
+def act(job: Job):
+    """What a worker does with `job`."""
+    if job.action == "exit":
+        os._exit(3)
+    if job.action == "unloadable":
+        return Unloadable()
+    return job.path
+
+
+def once_the_pool_broke(executor: LocalExecutor, first: Job, later: Job):
+    """`first`, then `later` only once the pool is broken: the executor submits it to a broken pool."""
+    yield first
+    deadline = time.monotonic() + 60
+    while not executor._pool._broken and time.monotonic() < deadline:  # the pool's own flag, set by its manager
+        time.sleep(0.01)
+    yield later
+
+
+@pytest.mark.slow
+def test_a_submit_to_a_pool_already_broken_names_the_dead_worker_in_one_line():
+    with LocalExecutor(2) as executor, pytest.raises(PackError) as raised:
+        list(executor.run(act, once_the_pool_broke(executor, Job("dies.txt", "exit"), Job("fine.txt")), None))
+    message = str(raised.value)
+    assert message.startswith("dies.txt: worker process ") and "exited with code 3" in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_pool_broken_by_a_result_it_cannot_load_names_the_cause_not_a_worker_none():
+    with LocalExecutor(2) as executor, pytest.raises(PackError) as raised:
+        list(executor.run(act, [Job("odd.txt", "unloadable")], None))
+    message = str(raised.value)
+    assert message.startswith("the worker pool broke: ") and "ValueError: this result cannot be loaded" in message
+    assert "None" not in message and "\n" not in message, message
