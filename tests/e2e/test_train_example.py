@@ -167,7 +167,8 @@ def test_the_example_trains_on_the_readme_pack_and_warns_of_nothing(readme_pack,
 
 def test_a_mixed_pack_is_refused_in_one_line_before_training(tmp_path_factory):
     """The example corpus packed without --kind image holds videos and texts: the script says what to do in one
-    line and exits 2, instead of a traceback from each rank at the first video."""
+    line and exits 2, instead of a traceback from each rank at the first video (torchrun still reports the
+    failed ranks its own way, which names no frame of the script or of corgi_io)."""
     out = tmp_path_factory.mktemp("mixed") / "pack"
     pack(ROOT / "examples" / "corpus", out, PackOptions(), workers=1, progress=False)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -177,4 +178,6 @@ def test_a_mixed_pack_is_refused_in_one_line_before_training(tmp_path_factory):
     assert proc.returncode != 0
     said = [line for line in proc.stdout.splitlines() if line.startswith("train_ddp.py:")]
     assert len(said) == 1 and "--kind image" in said[0] and 'decode="auto"' in said[0], proc.stdout
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    output = (proc.stdout + proc.stderr).splitlines()
+    frames = [line for line in output if line.strip().startswith("File ") and ("train_ddp" in line or "corgi_io" in line)]
+    assert not frames, proc.stderr[-3000:]
