@@ -11,6 +11,11 @@ Contenders, each measurement in a fresh process (`--child`), through DataLoader(
   litdata + PIL               litdata.StreamingDataset(shuffle=True) over its own chunks, the same transform
   corgi decode="pil"          CorgiPileDataset(decode="pil", transform=the same, batch_size=64): today's path
   corgi ImageDecoder          CorgiPileDataset(decode=ImageDecoder(224), batch_size=64): the fused path
+  corgi ImageDecoder on cuda  with --device cuda: ImageDecoder(224, device="cuda"), the workers send each batch's JPEG
+                              bytes as read and `to_device(loader, "cuda")` decodes them with nvJPEG on its side stream,
+                              one batch ahead; its line gives its ratio against corgi ImageDecoder (CPU workers) and
+                              the best peer.  `--device cpu` checks this path without a GPU (the bytes decoded in the
+                              training process by the CPU library)
 The transform of the first three is Pillow's BILINEAR resize of torchvision's RandomResizedCrop box, then a
 flip with probability 1/2 (bench/resized_decode.py's `RandomResizedCropFlip`: torchvision's PIL path, without
 torchvision).  The peers read the original JPEGs; on the resized pack only corgi ImageDecoder runs, against
@@ -18,9 +23,11 @@ the best peer on the originals.  Each line: the median images/s of --rounds inte
 one warm-up epoch, then --epochs timed epochs), and its ratio against the named baseline.
 
 Then the physical limit: in this process, per image, the bare libjpeg-turbo decode (simplejpeg, full size)
-of the same bytes against ImageDecoder's decode-crop-resize, for each JPEG decoder of its registry.
+of the same bytes against ImageDecoder's decode-crop-resize, for each JPEG decoder of its registry; with
+--device, nvJPEG's bare batched decode (torchvision, full size) against the device path's batch decode.
 
-    python bench/image_decode.py [--n 1200] [--n-hires 200] [--rounds 3] [--epochs 2] [--workdir bench/out/image_decode]
+    python bench/image_decode.py [--n 1200] [--n-hires 200] [--rounds 3] [--epochs 2] [--workers 2] [--device cuda]
+                                 [--workdir bench/out/image_decode]
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ from _timing import interleaved_medians  # noqa: E402
 BATCH, CROP, WORKERS = 64, 224, 2
 PEERS = ("webdataset + PIL", "litdata + PIL", 'corgi decode="pil"', "ffcv")
 FUSED = "corgi ImageDecoder"
+DEVICE = "corgi ImageDecoder on a device"  # its lines name the device: "corgi ImageDecoder on cuda"
 GOALS = {"imagenet": 1.5, "hires": 2.5, "resized": 3.0}  # ImageDecoder / best peer, issue 21 section 2
 
 
@@ -106,6 +114,40 @@ def ffcv_loader(root: Path, workers: int):
                   pipelines=pipelines, os_cache=True, seed=0, drop_last=False)
 
 
+def device_loader(root: Path, workers: int, device: str):
+    """The device path: the workers send each batch's JPEG bytes as read (`ImageDecoder(device=...)`), and `to_device`
+    decodes them in this process on its side stream, one batch ahead (nvJPEG on a GPU).  On a CPU device, the bench's
+    check without a GPU, `to_device` passes batches through and `DecodedOnCpu` decodes the same bytes."""
+    import torch
+
+    from corgi_io.loaders import CorgiPileDataset, ImageDecoder, to_device
+
+    on_cpu = torch.device(device).type == "cpu"
+    decoder = ImageDecoder(CROP, device="cuda" if on_cpu else device)  # any device but the CPU leaves the bytes encoded
+    dataset = CorgiPileDataset(root / "corgi", batch_size=BATCH, seed=0, decode=decoder)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+    return DecodedOnCpu(loader) if on_cpu else to_device(loader, device)
+
+
+class DecodedOnCpu:
+    """`loader`'s batches with their images (`EncodedImages`) decoded on the CPU in this process."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        for batch in self.loader:
+            batch["data"] = batch["data"].decode("cpu")
+            yield batch
+
+
+def finisher(device: str):
+    """A call that waits until the work queued on `device` is done (on a GPU, kernels run after the host moves on)."""
+    import torch
+
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+
 def write_ffcv(corpus: Path, out: Path) -> str | None:
     """FFCV's .beton of the corpus (JPEGs re-encoded at quality 90, full size); None if written, else why not."""
     try:
@@ -130,9 +172,11 @@ LOADERS = {"ffcv": ffcv_loader, "webdataset + PIL": webdataset_loader, "litdata 
            f"{FUSED} (resized pack)": lambda root, workers: corgi_loader(root, workers, True, "corgi-256")}
 
 
-def child(name: str, root: Path, workers: int, epochs: int) -> None:
-    """One measurement: a warm-up epoch, then `epochs` timed ones; prints {"rate": images/s} as JSON."""
-    loader = LOADERS[name](root, workers)
+def child(name: str, root: Path, workers: int, epochs: int, device: str) -> None:
+    """One measurement: a warm-up epoch, then `epochs` timed ones, up to the device's last kernel for the device path;
+    prints {"rate": images/s} as JSON."""
+    loader = device_loader(root, workers, device) if name == DEVICE else LOADERS[name](root, workers)
+    finish = finisher(device) if name == DEVICE else (lambda: None)
 
     def epoch() -> int:
         images = 0
@@ -142,7 +186,9 @@ def child(name: str, root: Path, workers: int, epochs: int) -> None:
         return images
 
     epoch()
+    finish()
     start, images = time.perf_counter(), sum(epoch() for _ in range(epochs))
+    finish()
     print(json.dumps({"rate": images / (time.perf_counter() - start)}))
 
 
@@ -171,9 +217,9 @@ def build(workdir: Path, name: str, n: int, long_side: int) -> Path:
     return root
 
 
-def measure(name: str, root: Path, workers: int, epochs: int) -> float:
+def measure(name: str, root: Path, workers: int, epochs: int, device: str | None) -> float:
     command = [sys.executable, __file__, "--child", name, "--root", str(root), "--workers", str(workers),
-               "--epochs", str(epochs)]
+               "--epochs", str(epochs), *(["--device", device] if device else [])]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"{name}: {done.stderr.strip().splitlines()[-1:]}")
@@ -185,9 +231,10 @@ def run_rounds(sets: dict, args) -> dict:
     runs = {}
     for _ in range(args.rounds):
         for set_name, (root, contenders) in sets.items():
-            for workers in (WORKERS, 0):
+            for workers in (args.workers, 0):
                 for name in contenders:
-                    runs.setdefault((set_name, name, workers), []).append(measure(name, root, workers, args.epochs))
+                    rate = measure(name, root, workers, args.epochs, args.device)
+                    runs.setdefault((set_name, name, workers), []).append(rate)
     return runs
 
 
@@ -202,9 +249,9 @@ def peer_rates(runs: dict, set_name: str, workers: int) -> tuple:
     return peers, max(peers, key=peers.get)
 
 
-def report(runs: dict) -> None:
+def report(runs: dict, device: str | None) -> None:
     for (set_name, name, workers), rates in runs.items():
-        if set_name == "resized" or name in PEERS:
+        if set_name == "resized" or name in PEERS or name == DEVICE:
             continue
         peers, best = peer_rates(runs, set_name, workers)
         for peer, rate in peers.items():
@@ -212,6 +259,10 @@ def report(runs: dict) -> None:
         ours = statistics.median(rates)
         print(f"image {set_name:8s} {mode_name(workers):22s} {FUSED:28s} {ours:8.0f} img/s  {ours / peers[best]:.2f}x "
               f"{best} (goal >= {GOALS[set_name]}x)")
+        if (set_name, DEVICE, workers) in runs:
+            rate = statistics.median(runs[(set_name, DEVICE, workers)])
+            print(f"image {set_name:8s} {mode_name(workers):22s} {FUSED + ' on ' + device:28s} {rate:8.0f} img/s  "
+                  f"{rate / ours:.2f}x {FUSED} (CPU decode), {rate / peers[best]:.2f}x {best}")
     for (set_name, _, workers), rates in runs.items():
         if set_name == "resized":
             peers, best = peer_rates(runs, "imagenet", workers)
@@ -243,6 +294,59 @@ def limit_lines(roots: dict, count: int = 150, rounds: int = 3) -> None:
                   f"ms/img  {ms[name] / ms['bare']:.2f}x the bare decode")
 
 
+def device_limit_lines(roots: dict, device: str, rounds: int = 3) -> None:
+    """Per image, in this process, one batch of the same bytes: the bare decode on `device` (a GPU: one nvJPEG batch
+    through `torchvision.io.decode_jpeg`, full size; a CPU: simplejpeg) against the device path's batch decode
+    (`EncodedImages.decode`: that decode, then per image a crop, a resize and a flip), each up to its last kernel."""
+    import numpy as np
+
+    from corgi_io.loaders import ImageDecoder
+    from corgi_io.loaders.device_images import EncodedImages
+
+    finish, decoder = finisher(device), ImageDecoder(CROP, device=device)
+    for set_name, root in roots.items():
+        jpegs = [Path(path).read_bytes() for path, _ in corpus_files(root / "corpus")[:BATCH]]
+        encoded = EncodedImages(jpegs, np.arange(len(jpegs)), [str(i) for i in range(len(jpegs))], decoder)
+        bare, label = bare_decode(jpegs, device)
+        passes = {"bare": lambda: (bare(), finish()), "batch": lambda: (encoded.decode(device), finish())}
+        for decode in passes.values():  # warm-up: nvJPEG's handles, the caching allocator
+            decode()
+        ms = {name: seconds / len(jpegs) * 1e3 for name, seconds in interleaved_medians(passes, rounds).items()}
+        bare_name = f"bare decode of {len(jpegs)} on {device}, full size ({label})"
+        batch_name = f"ImageDecoder(device={device!r}), batch of {len(jpegs)}"
+        print(f"limit {set_name:8s} {bare_name:58s} {ms['bare']:6.2f} ms/img")
+        print(f"limit {set_name:8s} {batch_name:58s} {ms['batch']:6.2f} ms/img  "
+              f"{ms['batch'] / ms['bare']:.2f}x the bare decode")
+
+
+def bare_decode(jpegs: list, device: str) -> tuple:
+    """(a call that decodes `jpegs` at full size, its name): on a GPU one nvJPEG batch, on a CPU simplejpeg."""
+    import torch
+
+    if torch.device(device).type == "cpu":
+        import simplejpeg
+
+        return lambda: all(simplejpeg.decode_jpeg(data) is not None for data in jpegs), "simplejpeg"  # each freed
+    import torchvision.io as tv_io
+
+    tensors = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in jpegs]
+    return lambda: tv_io.decode_jpeg(tensors, mode=tv_io.ImageReadMode.RGB, device=device), "nvJPEG, torchvision"
+
+
+def check_device(device: str) -> None:
+    """Stop in one line when `device` is a CUDA device that torch does not see; else say which it is, as a comment."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        sys.exit(f"image_decode: --device {device}: torch {torch.__version__} sees no CUDA device")
+    import torchvision
+
+    print(f"# --device {device}: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
+          f"torchvision {torchvision.__version__}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1200)
@@ -252,20 +356,26 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=HERE / "out" / "image_decode")
     parser.add_argument("--child")
     parser.add_argument("--root", type=Path)
-    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=WORKERS, help="the DataLoader contenders' workers")
+    parser.add_argument("--device", help="add the device path, decoding on this torch device (cuda; cpu: a check)")
     args = parser.parse_args()
     if args.child:
-        return child(args.child, args.root, args.workers, args.epochs)
+        return child(args.child, args.root, args.workers, args.epochs, args.device)
+    if args.device:
+        check_device(args.device)
     imagenet = build(args.workdir, "imagenet", args.n, 500)
     hires = build(args.workdir, "hires", args.n_hires, 1600)
     notes = [write_ffcv(root / "corpus", root / "ffcv.beton") for root in (imagenet, hires)]
     if notes[0]:
         print(f"# {notes[0]}")
     contenders = (*(peer for peer in PEERS if peer != "ffcv" or not notes[0]), FUSED)
+    contenders += (DEVICE,) if args.device else ()
     runs = run_rounds({"imagenet": (imagenet, contenders), "hires": (hires, contenders),
                        "resized": (imagenet, (f"{FUSED} (resized pack)",))}, args)
-    report(runs)
+    report(runs, args.device)
     limit_lines({"imagenet": imagenet, "hires": hires})
+    if args.device:
+        device_limit_lines({"imagenet": imagenet, "hires": hires}, args.device)
     print(f"# median of {args.rounds} interleaved rounds, each measurement a fresh process: one warm-up epoch, then "
           f"{args.epochs} timed; RandomResizedCrop({CROP}) + flip, uint8 batches of {BATCH}")
 

@@ -1,13 +1,24 @@
-"""Host-to-device copies that overlap compute: a small model's step with `to_device` against the copy inside the step.
+"""Host-to-device copies and decodes that overlap compute: a small model's step with `to_device` against the work
+done inside the step.
 
-    python bench/to_device.py [--batch 256] [--steps 50] [--rounds 3]
+    python bench/to_device.py [--batch 256] [--steps 50] [--rounds 3] [--workers 4] [--images PACK]
 
 Batches of --batch uint8 images (3 x 224 x 224, about 38 MB) come from a DataLoader with pinned memory; a
 small CNN trains on them.  Baseline: each step copies its batch (`.to(device, non_blocking=True)`) on the
 compute stream, then computes.  Contender: `corgi_io.loaders.to_device`, which copies batch k + 1 on a side
-stream while the model computes on batch k.  Rounds interleave the two; each line gives the median step time,
-the GPU time per step spent on nothing but the copy in the baseline (CUDA events around it), and the ratio.
-Without CUDA there is nothing to measure: the script says so and exits 0.
+stream while the model computes on batch k.
+
+With --images PACK (a corgi pack of JPEGs with labels, such as bench/image_decode.py's imagenet/corgi), the same
+model trains on the pack's images, RandomResizedCrop(224) + flip, epoch after epoch until --steps, three ways:
+the baseline `ImageDecoder()` decodes in the DataLoader workers and `to_device` copies the batches; with
+`ImageDecoder(device="cuda")` the workers send the JPEG bytes and nvJPEG decodes them either in the step
+(`batch["data"].decode()`, on the compute stream) or in `to_device`, on its side stream, one batch ahead.
+
+Rounds interleave the contenders.  Each line gives the median step time and its ratio to the baseline's, the
+GPU idle time per step and the GPU time of the work done in the step (CUDA events on the compute stream).  GPU
+idle is the time from the end of one step's model work to the start of the next: a copy or a decode done in
+the step, the wait for to_device's side stream, and the host's time to hand the next batch out.  Without CUDA
+there is nothing to measure: the script says so and exits 0.
 """
 from __future__ import annotations
 
@@ -16,6 +27,8 @@ import statistics
 import time
 
 import torch
+
+CROP = 224
 
 
 class Images(torch.utils.data.Dataset):
@@ -26,7 +39,21 @@ class Images(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i: int):
-        return torch.full((3, 224, 224), i % 251, dtype=torch.uint8), i % 10
+        return torch.full((3, CROP, CROP), i % 251, dtype=torch.uint8), i % 10
+
+
+class Steps:
+    """Whole epochs of `loader` until `steps` batches have passed (a pack holds fewer batches than a run takes)."""
+
+    def __init__(self, loader, steps: int):
+        self.loader, self.steps = loader, steps
+
+    def __iter__(self):
+        done = 0
+        while done < self.steps:
+            for batch in self.loader:
+                done += 1
+                yield batch
 
 
 def model_and_optimizer(device):
@@ -43,29 +70,60 @@ def step(model, optimizer, images, labels) -> None:
     optimizer.step()
 
 
-def run(loader, device, wrapped: bool) -> tuple:
-    """(median seconds per step, median copy milliseconds per step on the compute stream: 0 when wrapped)."""
+def tensor_contenders(args, device) -> dict:
+    """{name: (batches, prepare)}, the baseline first: synthetic batches copied in the step or by `to_device`;
+    `prepare` turns a batch into (images, labels) on the device, inside the step."""
     from corgi_io.loaders import to_device
 
+    loader = torch.utils.data.DataLoader(Images(args.batch * args.steps), batch_size=args.batch,
+                                         num_workers=args.workers, pin_memory=True, persistent_workers=True)
+    return {"copy in the step": (loader, lambda batch: [t.to(device, non_blocking=True) for t in batch]),
+            "to_device": (to_device(loader, device), lambda batch: batch)}
+
+
+def image_contenders(args, device) -> dict:
+    """{name: (batches, prepare)}, the baseline first: the pack's crops decoded on the CPU in the workers and copied by
+    `to_device`, or left encoded and decoded with nvJPEG in the step or by `to_device`; as `tensor_contenders`."""
+    from corgi_io.loaders import CorgiPileDataset, ImageDecoder, to_device
+
+    def loader(decode_on: str) -> Steps:
+        decode = ImageDecoder(CROP, device=decode_on)
+        dataset = CorgiPileDataset(args.images, batch_size=args.batch, seed=0, decode=decode)
+        return Steps(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers, pin_memory=True,
+                                                 persistent_workers=True), args.steps)
+
+    def decoded(batch) -> tuple:
+        return batch["data"].permute(0, 3, 1, 2), batch["label"]
+
+    def decoded_in_step(batch) -> tuple:
+        return batch["data"].decode(device).permute(0, 3, 1, 2), batch["label"].to(device, non_blocking=True)
+
+    return {"ImageDecoder() + to_device": (to_device(loader("cpu"), device), decoded),
+            "nvJPEG in the step": (loader(str(device)), decoded_in_step),
+            "nvJPEG in to_device": (to_device(loader(str(device)), device), decoded)}
+
+
+def run(batches, prepare, device) -> tuple:
+    """(median seconds per step, median GPU idle ms per step, median GPU ms of `prepare` in the step): the module."""
     model, optimizer = model_and_optimizer(device)
-    times, copies = [], []
-    batches = to_device(loader, device) if wrapped else loader
+    times, marks = [], []  # per step, events on the compute stream: (before prepare, model start, model end)
     torch.cuda.synchronize(device)
     last = time.perf_counter()
-    for images, labels in batches:
-        if not wrapped:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-            end.record()
-            copies.append((start, end))
+    for batch in batches:
+        before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        before.record()
+        images, labels = prepare(batch)
+        start.record()
         step(model, optimizer, images, labels)
+        end.record()
         torch.cuda.synchronize(device)
         now = time.perf_counter()
         times.append(now - last)
         last = now
-    copy_ms = statistics.median(s.elapsed_time(e) for s, e in copies) if copies else 0.0
-    return statistics.median(times[2:]), copy_ms
+        marks.append((before, start, end))
+    idle = [marks[k][2].elapsed_time(marks[k + 1][1]) for k in range(len(marks) - 1)]
+    in_step = [before.elapsed_time(start) for before, start, _ in marks]
+    return statistics.median(times[2:]), statistics.median(idle[2:]), statistics.median(in_step[2:])
 
 
 def main() -> None:
@@ -74,24 +132,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--images", help="a corgi pack of JPEGs: decode its images (see above)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("# to_device: no CUDA device here, nothing to measure (on CPU to_device is a pass-through)")
         return
     device = torch.device("cuda")
-    loader = torch.utils.data.DataLoader(Images(args.batch * args.steps), batch_size=args.batch,
-                                         num_workers=args.workers, pin_memory=True, persistent_workers=True)
-    results = {"copy in the step": [], "to_device": []}
+    contenders = image_contenders(args, device) if args.images else tensor_contenders(args, device)
+    results = {name: [] for name in contenders}
     for _ in range(args.rounds):
-        for name in results:
-            results[name].append(run(loader, device, name == "to_device"))
-    base = statistics.median(r[0] for r in results["copy in the step"])
-    copy_ms = statistics.median(r[1] for r in results["copy in the step"])
-    print(f"# {torch.cuda.get_device_name(device)}; batch {args.batch} x 3 x 224 x 224 uint8, {args.steps} steps, "
-          f"median of {args.rounds} interleaved rounds; the baseline's copy takes {copy_ms:.2f} ms of GPU time a step")
+        for name, (batches, prepare) in contenders.items():
+            results[name].append(run(batches, prepare, device))
+    what = (f"{args.images}: RandomResizedCrop({CROP}) + flip, batch {args.batch}, {args.workers} workers"
+            if args.images else f"batch {args.batch} x 3 x {CROP} x {CROP} uint8")
+    print(f"# {torch.cuda.get_device_name(device)}; {what}, {args.steps} steps, median of {args.rounds} interleaved "
+          f"rounds; GPU idle: the compute stream's time between one step's model work and the next's")
+    baseline = next(iter(results))
+    base = statistics.median(r[0] for r in results[baseline])
     for name, got in results.items():
-        seconds = statistics.median(r[0] for r in got)
-        print(f"to_device {name:18s} {1000 * seconds:8.2f} ms/step  ratio {seconds / base:5.2f}x vs copy in the step")
+        seconds, idle, in_step = (statistics.median(r[i] for r in got) for i in range(3))
+        print(f"to_device {name:26s} {1000 * seconds:8.2f} ms/step  ratio {seconds / base:5.2f}x vs {baseline}  "
+              f"GPU idle {idle:6.2f} ms/step ({idle / (1000 * seconds):4.0%})  in the step {in_step:6.2f} ms")
 
 
 if __name__ == "__main__":
