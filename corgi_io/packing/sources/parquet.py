@@ -10,14 +10,17 @@ leaves that field out of its row.  Without ``key`` a row's key is ``<file stem>/
 group alone, only the mapped columns' leaves), never a whole file, in batches of at most
 `batch_rows` rows and, by the footer's uncompressed sizes, about `BATCH_BYTES`; pyarrow reads each
 column chunk through a `READ_BUFFER` buffer, not whole.  Memory is bounded before anything is
-decompressed (pyarrow decompresses a page whole, whatever the batch): a row group whose mapped
-columns hold more than `max_row_group_bytes` compressed is skipped, and so is one with a page
-(`parquet_pages`: its header, read when the footer says the column chunk is larger than
-`max_cell_bytes` or `MAX_PAGE_BYTES`) whose values average more than `max_cell_bytes` (one at least
-is a cell the pack would refuse: a 49 KB file of one 1.5 GiB cell of zeros is one page) or that is
-larger than `MAX_PAGE_BYTES`.  These, and a row group whose schema lacks a mapped column or holds it
-with another type, are one line naming the file, row group and column (skipped; BadInput under
-`strict`); a row that breaks a rule (a bad key or label, no field left) is one line naming its row.
+decompressed.  The footer's sizes only size batches: pyarrow decompresses a page whole, into as many
+bytes as the page's own header says, so the page headers (`parquet_pages`) of every compressed
+mapped column chunk are read first.  A row group is skipped when its mapped columns hold more than
+`max_row_group_bytes` compressed; when a page's values average more than `max_cell_bytes` (one at
+least is a cell the pack would refuse: a 49 KB file of one 1.5 GiB cell of zeros is one page); or
+when the pages read at once (each mapped column's dictionary page and largest data page) take more
+than `max_row_group_bytes` uncompressed, whatever the values a header claims.  These, and a row
+group whose schema lacks a mapped column or holds it with another type, are one line naming the
+file, row group and column, and the page's byte offset where a page is the cause (skipped; BadInput
+under `strict`); a row that breaks a rule (a bad key or label, no field left) is one line naming
+its row.
 """
 from __future__ import annotations
 
@@ -33,8 +36,7 @@ SUFFIXES = (".parquet",)
 BATCH_ROWS = 256
 BATCH_BYTES = 64 << 20  # uncompressed bytes of the mapped columns a batch aims at (by the footer's averages)
 READ_BUFFER = 1 << 20  # pyarrow reads a column chunk through a buffer this large, not whole
-MAX_ROW_GROUP_BYTES = 1 << 31  # compressed bytes of a row group's mapped columns (untrusted files bound memory)
-MAX_PAGE_BYTES = 1 << 31  # uncompressed bytes of one page, which pyarrow holds whole while it decodes it
+MAX_ROW_GROUP_BYTES = 1 << 31  # a row group's mapped columns compressed, and their pages held at once uncompressed
 CELL_OVERHEAD = 64  # bytes a page may spend on each value beside the value (its length, its levels)
 
 
@@ -64,7 +66,7 @@ def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch
         group = file.metadata.row_group(unit.part)
         chunks = _mapped_chunks(group, leaves)
         problem = (_schema_problem(file.schema_arrow, columns) or _size_problem(chunks, max_row_group_bytes)
-                   or _page_problem(raw, chunks, max_cell_bytes))
+                   or _page_problem(raw, chunks, max_cell_bytes, max_row_group_bytes))
         if problem is not None:
             return skip_or_raise(f"{where}: {problem}", strict, on_skip)
         row, size = unit.first_row, _batch_rows(group.num_rows, chunks, batch_rows)
@@ -124,27 +126,45 @@ def _size_problem(chunks: list, limit: int) -> str | None:
     return None
 
 
-def _page_problem(raw, chunks: list, most: int) -> str | None:
-    """What in the page headers of column chunks `chunks` (in binary file `raw`) would take more memory to
-    decompress than a cell of `most` bytes or MAX_PAGE_BYTES may (see the module), or None.  A chunk whose
-    footer says it holds at most both has no such page: its headers are not read."""
+def _page_problem(raw, chunks: list, most: int, budget: int) -> str | None:
+    """What in the page headers of the compressed column chunks `chunks` (in binary file `raw`) would take more
+    memory to decompress than `budget` bytes, or surely holds a cell above `most` bytes (see the module), or None.
+    An uncompressed chunk is not walked: pyarrow holds its pages as read, within the compressed size checked."""
+    held = 0  # uncompressed bytes of the pages of the chunks before, read beside this chunk's
     for chunk in chunks:
-        if chunk.total_uncompressed_size <= min(most, MAX_PAGE_BYTES):
+        if chunk.compression == "UNCOMPRESSED":
             continue
         where = f"column {chunk.path_in_schema!r}"
-        starts = [offset for offset in (chunk.dictionary_page_offset, chunk.data_page_offset) if offset]
         try:
-            for page in pages(raw, min(starts, default=0), chunk.total_compressed_size):
-                if page.uncompressed > max(page.values, 1) * (most + CELL_OVERHEAD):
-                    return (f"{where}: the page at byte offset {page.offset} holds {page.values} value(s) in "
-                            f"{page.uncompressed:,} bytes, one at least above the limit of {most:,} "
-                            f"(--max-sample-bytes); not decompressed")
-                if page.uncompressed > MAX_PAGE_BYTES:
-                    return (f"{where}: the page at byte offset {page.offset} is {page.uncompressed:,} bytes "
-                            f"uncompressed, above the {MAX_PAGE_BYTES:,} a page may take in memory; not decompressed")
+            largest, mine = _chunk_pages(raw, chunk, most)
         except ValueError as exc:
             return f"{where}: {exc}"
+        held += mine
+        if held > budget:
+            return (f"{where}: the page at byte offset {largest.offset} is {largest.uncompressed:,} bytes "
+                    f"uncompressed, {held:,} with the pages read beside it, above max_row_group_bytes={budget}; "
+                    f"not decompressed")
     return None
+
+
+def _chunk_pages(raw, chunk, most: int) -> tuple:
+    """(the largest page of column chunk `chunk`, the uncompressed bytes of its pages held at once: its dictionary
+    page and its largest data page), from their headers; ValueError for a header that does not parse, or naming a
+    page whose values average above `most` bytes."""
+    starts = [offset for offset in (chunk.dictionary_page_offset, chunk.data_page_offset) if offset]
+    largest, dictionary, data = None, 0, 0
+    for page in pages(raw, min(starts, default=0), chunk.total_compressed_size):
+        if page.uncompressed > max(page.values, 1) * (most + CELL_OVERHEAD):
+            raise ValueError(f"the page at byte offset {page.offset} holds {page.values} value(s) in "
+                             f"{page.uncompressed:,} bytes, one at least above the limit of {most:,} "
+                             f"(--max-sample-bytes); not decompressed")
+        if largest is None or page.uncompressed > largest.uncompressed:
+            largest = page
+        if page.dictionary:
+            dictionary += page.uncompressed
+        else:
+            data = max(data, page.uncompressed)
+    return largest, dictionary + data
 
 
 def _batch_rows(rows: int, chunks: list, most: int) -> int:

@@ -7,8 +7,8 @@ sizes only; its pages' sizes and value counts are in their headers, small Thrift
 protocol) in front of each page.  `pages` walks them with small reads, skipping every page's
 body, so a reader can refuse a page before pyarrow decompresses it.
 
-PageHeader fields used: 2 uncompressed_page_size, 3 compressed_page_size, and num_values (field 1)
-of the data page (5), dictionary page (7) or data page v2 (8) header.  Every other field is parsed
+PageHeader fields used: 1 type, 2 uncompressed_page_size, 3 compressed_page_size, and num_values
+(field 1) of the data page (5), dictionary page (7) or data page v2 (8) header.  Every other field is parsed
 only to be skipped.  A header that does not parse, or one larger than `MAX_HEADER_BYTES`, is a
 ValueError naming its byte offset.
 """
@@ -20,6 +20,7 @@ HEAD_READ = 1 << 12           # bytes read for a header first; more (up to MAX_H
 MAX_HEADER_BYTES = 1 << 20    # a page header's statistics may hold min/max values, but not more than this
 MAX_DEPTH = 16                # nested structs and lists a header may hold
 VALUE_HEADERS = (5, 7, 8)     # data_page_header, dictionary_page_header, data_page_header_v2: num_values is field 1
+DICTIONARY_PAGE = 2           # the PageType of a dictionary page (held while its whole column chunk is read)
 _STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(13)
 
 
@@ -29,6 +30,7 @@ class Page(NamedTuple):
     offset: int         # the byte offset of its header in the file
     uncompressed: int   # bytes once decompressed (what pyarrow allocates for it)
     values: int         # values it holds (nulls included); 0 for an index page
+    dictionary: bool    # a dictionary page
 
 
 def pages(file, start: int, length: int):
@@ -42,7 +44,8 @@ def pages(file, start: int, length: int):
         if not isinstance(compressed, int) or not isinstance(uncompressed, int) or min(compressed, uncompressed) < 0:
             raise ValueError(f"byte offset {position}: a page header without its sizes")
         counts = [header[field].get(1) for field in VALUE_HEADERS if isinstance(header.get(field), dict)]
-        yield Page(position, uncompressed, counts[0] if counts and isinstance(counts[0], int) else 0)
+        yield Page(position, uncompressed, counts[0] if counts and isinstance(counts[0], int) else 0,
+                   header.get(1) == DICTIONARY_PAGE)
         position += header_bytes + compressed
     if position != end:
         raise ValueError(f"byte offset {end}: a page runs {position - end} bytes past the end of its column chunk")
