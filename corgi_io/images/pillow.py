@@ -8,8 +8,9 @@ Pillow's check applies.
 
 Depth: an image of more than 8 bits a channel is scaled to 8 bits, never clipped (`eight_bits`): a 16-bit
 one (Pillow's I;16 modes: a 16-bit grayscale PNG or TIFF) from 0-65535 to 0-255; a 32-bit integer or float
-one (modes I and F), which has no fixed range, from its own lowest to its highest finite value.  Pillow
-reads a 16-bit RGB(A) PNG as 8-bit RGB(A) itself.  The pack's resize uses `eight_bits` too.
+one (modes I and F), which has no fixed range, from its own lowest to its highest finite value; a flat one
+(one finite value) is that value clipped to 0-255, and one without a finite value black.  Pillow reads a
+16-bit RGB(A) PNG as 8-bit RGB(A) itself.  The pack's resize uses `eight_bits` too.
 
 No torch here: the loaders' decoders and `corgi_io.images.fused` share it.
 """
@@ -89,8 +90,16 @@ def eight_bits(image: Image.Image) -> Image.Image:
         low = float(np.min(values, where=finite, initial=np.inf))
         high = float(np.max(values, where=finite, initial=-np.inf))
         if not high > low:
-            return Image.new("L", image.size)  # flat, or no finite value: black
+            return _flat(image.size, high)
         np.nan_to_num(values, copy=False, nan=low, posinf=high, neginf=low)
     values -= low
     values *= 255.0 / (high - low)
     return Image.fromarray(np.rint(values, out=values).astype(np.uint8))
+
+
+def _flat(size: tuple, value: float) -> Image.Image:
+    """A mode L image of `size` for an I or F image whose only finite value is `value` (-inf: it has none): that
+    value rounded and clipped to 0-255, so that a flat level of 0-255 keeps it (above is white, below black);
+    black without one.  There is no range to scale, and black for every flat image hid a white or grey one."""
+    level = int(np.clip(np.rint(value), 0, 255)) if np.isfinite(value) else 0
+    return Image.new("L", size, level)
