@@ -5,14 +5,15 @@ import os
 import stat
 
 from corgi_io.errors import BadInput
-from corgi_io.packing.grouping import not_regular_reason, too_large_reason
+from corgi_io.packing.grouping import not_regular_reason
 
 DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 MAX_READ = 0x7FFFF000  # the most one read() returns on Linux
 
 
-def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
+def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES, limit_name: str = "--max-sample-bytes") -> bytes:
     """The bytes of the regular file at `path`, at most `most`; anything else raises BadInput without being read.
+    `limit_name` names the limit `most` is in the messages (the option that sets it).
 
     The walk already kept only regular files of at most `most` bytes, but the path may have been
     swapped or grown since: opened with O_NONBLOCK, a FIFO without a writer cannot block the open,
@@ -25,7 +26,7 @@ def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise BadInput(not_regular_reason(info.st_mode))
         if info.st_size > most:
-            raise BadInput(too_large_reason(info.st_size, most))
+            raise BadInput(f"{info.st_size:,} bytes, above the limit of {most:,} ({limit_name})")
         chunks, total, want = [], 0, info.st_size + 1  # all of it in one read, unless it grew since fstat
         while total <= most and (chunk := os.read(fd, want)):
             chunks.append(chunk)
@@ -34,7 +35,7 @@ def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES) -> bytes:
                 break
             want = 1 << 20
         if total > most:
-            raise BadInput(f"grew past the limit of {most:,} bytes while it was read (--max-sample-bytes)")
+            raise BadInput(f"grew past the limit of {most:,} bytes while it was read ({limit_name})")
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)

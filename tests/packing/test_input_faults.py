@@ -149,7 +149,7 @@ def test_a_tokenizer_file_above_the_bound_is_refused_unread(tmp_path):
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as file:
         file.truncate(MAX_TOKENIZER_BYTES + 1)  # sparse: nothing written
-    with pytest.raises(PackError, match=f"^tokenizer .*huge.json' is {MAX_TOKENIZER_BYTES + 1:,} bytes, above"):
+    with pytest.raises(PackError, match=f"^tokenizer .*huge.json': {MAX_TOKENIZER_BYTES + 1:,} bytes, above"):
         Tokenize(str(huge))
 
 

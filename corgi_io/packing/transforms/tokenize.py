@@ -14,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import os
-import stat
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -129,12 +127,8 @@ def read_tokenizer_file(path: str) -> bytes:
     """The bytes of the tokenizer file at `path`; PackError, with nothing read, unless it is a regular file of at
     most MAX_TOKENIZER_BYTES (`read_regular_file` opens it without blocking and checks what it opened)."""
     try:
-        info = os.stat(path)
-        if stat.S_ISREG(info.st_mode) and info.st_size > MAX_TOKENIZER_BYTES:
-            raise PackError(f"tokenizer {path!r} is {info.st_size:,} bytes, above the limit of "
-                            f"{MAX_TOKENIZER_BYTES:,} for a tokenizer file")
-        return read_regular_file(path, MAX_TOKENIZER_BYTES)  # a FIFO or device: BadInput, unread
-    except BadInput as exc:
+        return read_regular_file(path, MAX_TOKENIZER_BYTES, limit_name="the tokenizer file limit")
+    except BadInput as exc:  # a FIFO, a device, a file too large or that grew: unread
         raise PackError(f"tokenizer {path!r}: {exc}") from None
     except OSError as exc:
         raise PackError(f"tokenizer {path!r} cannot be read: {plain_message(exc)}") from None
