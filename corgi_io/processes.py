@@ -5,8 +5,9 @@ killed (kill -9, an OOM kill, a preempted job), orphaned workers would go on rea
 writing for minutes.  On Linux the workers are forked, so that they are children of this
 process, and each asks the kernel (prctl PR_SET_PDEATHSIG) to SIGKILL it when its parent dies.
 
-A `WorkerBoard` tells the parent what each worker is on (the sample, and since when it runs a
-user's code), so that a worker that dies (os._exit, a segfault, an OOM kill) or hangs is named.
+A `WorkerBoard` tells the parent what each worker is on (its task and sample, since when it runs a
+user's code) and how far it got, so that a worker that dies (os._exit, a segfault, an OOM kill) or
+hangs is named, and progress is shown, without a lock a killed worker could leave taken.
 """
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ import ctypes
 import multiprocessing
 import os
 import signal
-import struct
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-SLOT_BYTES = 1024     # one worker's slot of a WorkerBoard: a header, then what it is on (UTF-8, cut to fit)
-_HEADER = struct.Struct("<qdI")  # pid (0: a free slot), since when it runs user code (0.0: it does not), text bytes
+# A WorkerBoard slot: int64s, each written by one process only.  PID: its worker (0: a free slot); SINCE: since when
+# it runs user code (time.monotonic_ns(), 0: it does not); SAMPLES, BYTES: what it reported; TASK, POSITION: the
+# task it is on (a number the parent gave it, -1: none yet) and the sample in it (-1: none yet).
+PID, SINCE, SAMPLES, BYTES, TASK, POSITION = range(6)
+SLOT = 8  # int64s a slot: its fields, padded to 64 bytes (a cache line, not shared with another worker's slot)
 
 
 def worker_pool(workers: int, initializer=None, initargs: tuple = ()) -> ProcessPoolExecutor:
@@ -53,16 +56,18 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 class WorkerBoard:
-    """One slot per worker process of a pool, in shared memory: its pid, what it is on, since when it runs user code.
+    """One slot per worker process of a pool, in shared memory (the fields above): each worker writes its own slot
+    only, the parent reads them all.
 
-    A worker claims a slot (`claim`, in the pool's initializer) and writes only that one (`note`, `user_code`);
-    the parent reads them all (`entries`) to name the sample of a worker that died or hangs.  A read while a
-    worker writes may see a torn text, but the parent reads a slot for a message only once its worker has
-    stopped, or while it is stuck in user code.  Built before the pool, from its multiprocessing `context`.
+    A worker claims a slot (`claim`, in the pool's initializer: the only use of the lock, before any task runs), then
+    writes it as it goes (`start`, `sample_marker`, `user_code`, `add`); the parent sums the progress (`progress`)
+    and reads the rest (`entries`) to name the sample of a worker that died or hangs.  Every field is one aligned
+    int64, written and read whole, so the parent never waits on a worker, dead or alive.  Built before the pool,
+    from its multiprocessing `context`.
     """
 
     def __init__(self, workers: int, context):
-        self._memory, self._lock = context.RawArray("B", workers * SLOT_BYTES), context.Lock()
+        self._memory, self._lock = context.RawArray("q", workers * SLOT), context.Lock()
         self._view = self._at = None
 
     def __getstate__(self) -> dict:
@@ -70,39 +75,54 @@ class WorkerBoard:
 
     def _slots(self) -> memoryview:
         if self._view is None:
-            self._view = memoryview(self._memory).cast("B")
+            self._view = memoryview(self._memory).cast("B").cast("q")
         return self._view
 
     def claim(self) -> None:
         """Take the first free slot for this process (in a worker)."""
         view = self._slots()
         with self._lock:
-            for at in range(0, len(view), SLOT_BYTES):
-                if _HEADER.unpack_from(view, at)[0] == 0:
-                    _HEADER.pack_into(view, at, os.getpid(), 0.0, 0)
+            for at in range(0, len(view), SLOT):
+                if view[at + PID] == 0:
+                    view[at + TASK] = view[at + POSITION] = -1
+                    view[at + PID] = os.getpid()
                     self._at = at
                     return
 
-    def note(self, text: str) -> None:
-        """Say what this worker is on now (a sample, a task), for the parent's message if it dies."""
+    def start(self, task: int) -> None:
+        """Say that this worker starts task number `task` (its first sample not yet)."""
         if self._at is not None:
-            data = text.encode("utf-8", "replace")[:SLOT_BYTES - _HEADER.size]
-            start = self._at + _HEADER.size
-            self._view[start:start + len(data)] = data
-            struct.pack_into("<I", self._view, self._at + 16, len(data))
+            self._view[self._at + POSITION] = -1
+            self._view[self._at + TASK] = task
 
-    def user_code(self, since: float) -> None:
-        """Say that this worker runs user code since `since` (time.monotonic(), the same clock in every process on
-        Linux), or 0.0: it returned."""
+    def sample_marker(self):
+        """`mark(position)`: say that this worker is on the sample at `position` of its task (called per sample)."""
+        view, at = self._view, self._at + POSITION
+
+        def mark(position: int) -> None:
+            view[at] = position
+        return mark
+
+    def user_code(self, since: int) -> None:
+        """Say that this worker runs user code since `since` (time.monotonic_ns(), the same clock in every process on
+        Linux), or 0: it returned."""
         if self._at is not None:
-            struct.pack_into("<d", self._view, self._at + 8, since)
+            self._view[self._at + SINCE] = since
+
+    def add(self, samples: int, nbytes: int) -> None:
+        """Add to this worker's progress: `samples` samples of `nbytes` payload bytes handled."""
+        if self._at is not None:
+            view, at = self._view, self._at
+            view[at + SAMPLES] += samples
+            view[at + BYTES] += nbytes
+
+    def progress(self) -> tuple:
+        """(samples, bytes) that all the workers reported so far (in the parent)."""
+        view = self._slots()
+        return sum(view[SAMPLES::SLOT]), sum(view[BYTES::SLOT])
 
     def entries(self) -> dict:
-        """{pid: (since when it runs user code or 0.0, what it is on)} of the claimed slots (in the parent)."""
-        view, found = self._slots(), {}
-        for at in range(0, len(view), SLOT_BYTES):
-            pid, since, length = _HEADER.unpack_from(view, at)
-            if pid:
-                start = at + _HEADER.size
-                found[pid] = (since, bytes(view[start:start + length]).decode("utf-8", "replace"))
-        return found
+        """{pid: (since when it runs user code or 0, task number, position)} of the claimed slots (in the parent)."""
+        view = self._slots()
+        return {view[at + PID]: (view[at + SINCE], view[at + TASK], view[at + POSITION])
+                for at in range(0, len(view), SLOT) if view[at + PID]}

@@ -53,6 +53,12 @@ class ShardTask:
     output: OutputRules = OutputRules()   # the transforms and size filter run on each sample read (picklable)
     duplicates: str | None = None         # --dedup: the mask of positions to leave out (dedup_pass.py)
 
+    def sample_at(self, position: int) -> str:
+        """The sample at `position` of the pack order, for messages (the executor names a dead worker's sample)."""
+        rows = read_rows(self.table, position, position + 1)
+        primary_file = rows.names[0].split("\0", 1)[0]
+        return f"sample {rows.keys[0]!r} of {printable(primary_file)}"
+
 
 def write_shard(task: ShardTask) -> ShardDone:
     """Read, probe and encode the samples of `task` in order, write them as one shard; unreadable or
@@ -98,6 +104,7 @@ class _BlockEncoder:
         self.skipped, self.payload_bytes, self._reported = [], 0, 0
         self.names, self.max_fields = TaskNames(), 0
         self.duplicates = duplicate_mask(task.duplicates, task.blocks[0], task.blocks[-1])
+        self.mark = executors.sample_marker()
 
     def encode(self, rows, first: int, stop: int, shard: ShardFile) -> None:
         """Encode the samples of positions [first, stop), one block, and append their records to `shard` WRITE_BYTES
@@ -105,10 +112,10 @@ class _BlockEncoder:
         lo, hi = first - rows.first, stop - rows.first
         columns = (rows.kind[lo:hi].tolist(), rows.ext[lo:hi].tolist(), rows.label[lo:hi].tolist(), rows.names[lo:hi],
                    rows.keys[lo:hi])
-        parts, waiting, crc = [], 0, 0
+        parts, waiting, crc, mark = [], 0, 0, self.mark
         for position, kind, ext, label, joined, key in zip(range(first, stop), *columns):
+            mark(position)
             names = joined.split("\0")  # the sample's files, primary first
-            executors.working_on(key, names[0])
             sample = self._sample(position, KINDS[kind], self.task.extensions[ext], label, key, names)
             if sample is None:
                 continue

@@ -14,10 +14,12 @@ Progress: a task calls `report(samples, nbytes)` as it goes; an executor that ca
 calls to the driver passes them to `progress(samples, nbytes)` live.  One that cannot (a remote
 worker) calls ``progress(*result.progress)`` when each task's result arrives instead.
 
-Deaths and hangs: a pool worker says what it is on (`working_on`: the task, then each sample) and
-when it runs a user's code (`running_user_code`, around each --map call) on a `WorkerBoard`.  A
-worker that dies (os._exit, a segfault, an OOM kill) fails the pack with one line naming its
-sample; one that runs user code longer than `timeout` seconds is killed, and named the same way.
+Deaths and hangs: a pool worker says what it is on (the task's number, then the position of each
+sample: `sample_marker`, hoisted out of a task's loop) and when it runs a user's code
+(`running_user_code`, around each --map call) on a `WorkerBoard`.  A worker that dies (os._exit, a
+segfault, an OOM kill) fails the pack with one line naming its sample (the driver asks the task:
+``task.path``, and ``task.sample_at(position)`` once a task has marked one); one that runs user code
+longer than `timeout` seconds is killed, and named the same way.
 A pack that runs user code therefore uses a pool even for one worker (`isolate`): the code cannot
 take the driver down with it, unreported.  On Dask, the cluster's retries handle lost workers.
 
@@ -26,6 +28,7 @@ take the driver down with it, unreported.  On Dask, the cluster's retries handle
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -40,26 +43,26 @@ TASKS_AHEAD = 2    # tasks queued per worker process
 POLL_SECONDS = 0.2  # how often the driver relays the workers' progress and checks their user code's time
 RESUME_HINT = "no manifest written; finished shards are kept: rerun the same command to resume"
 
-_sink = None   # where `report` goes in this process: a callable, or a shared (samples, bytes) counter
-_board = None  # this pool worker's WorkerBoard (None: not watched)
+_sink = None   # where `report` goes in the driver running tasks itself: progress(samples, nbytes), or None
+_board = None  # this pool worker's WorkerBoard (None: not a watched worker)
 
 
 def report(samples: int, nbytes: int) -> None:
     """Tell the driver's progress display that `samples` samples of `nbytes` payload bytes were handled."""
-    if _sink is None:
-        return
-    if callable(_sink):
-        _sink(samples, nbytes)
-        return
-    with _sink.get_lock():
-        _sink[0] += samples
-        _sink[1] += nbytes
-
-
-def working_on(key: str, where: str) -> None:
-    """Tell the driver that this worker is on sample `key` of `where` (a file): named if the worker dies."""
     if _board is not None:
-        _board.note(f"sample {key!r} of {where}")
+        _board.add(samples, nbytes)
+    elif _sink is not None:
+        _sink(samples, nbytes)
+
+
+def sample_marker():
+    """`mark(position)`, for a task to call as it starts each sample: the sample a dying worker was on is named
+    (`task.sample_at(position)`).  Cheap, one shared int64; a no-op where no driver watches."""
+    return _board.sample_marker() if _board is not None else _unwatched
+
+
+def _unwatched(position: int) -> None:
+    """The sample marker of a task that runs where no driver watches it."""
 
 
 @contextlib.contextmanager
@@ -67,25 +70,24 @@ def running_user_code():
     """Mark the body as a user's code (a --map call): the driver stops a worker that stays in it too long."""
     board = _board
     if board is not None:
-        board.user_code(time.monotonic())
+        board.user_code(time.monotonic_ns())
     try:
         yield
     finally:
         if board is not None:
-            board.user_code(0.0)
+            board.user_code(0)
 
 
-def _start_watched(counter, board: WorkerBoard) -> None:
-    """A pool worker's start: its progress goes to `counter`, what it is on to its slot of `board`."""
-    global _sink, _board
-    _sink, _board = counter, board
+def _start_watched(board: WorkerBoard) -> None:
+    """A pool worker's start: what it is on and its progress go to its slot of `board`."""
+    global _board
+    _board = board
     board.claim()
 
 
-def _run_watched(function, task):
-    """function(task) in a pool worker, the task named on the board until its first sample is."""
-    if _board is not None:
-        _board.note(str(getattr(task, "path", task)))
+def _run_watched(function, task, number: int):
+    """function(task) in a pool worker, its `number` (the driver's) on the board."""
+    _board.start(number)
     return function(task)
 
 
@@ -111,14 +113,16 @@ class LocalExecutor:
 
     def __init__(self, workers: int, *, isolate: bool = False, timeout: float | None = None):
         self.workers, self.isolate, self.timeout = max(1, workers), isolate, timeout
-        self._pool = self._counter = self._board = None
+        self._pool = self._board = None
+        self._numbers = itertools.count()  # the tasks' numbers, unique across runs on one pool
+        self._running = {}    # number -> task, of the tasks submitted to the pool and not yet done
         self._stopped = None  # (pid, why) of the worker the driver killed, or None
 
     def __enter__(self):
         if self.workers > 1 or self.isolate:
             context = multiprocessing.get_context("fork")
-            self._counter, self._board = context.Array("q", 2), WorkerBoard(self.workers, context)
-            self._pool = worker_pool(self.workers, _start_watched, (self._counter, self._board))
+            self._board = WorkerBoard(self.workers, context)
+            self._pool = worker_pool(self.workers, _start_watched, (self._board,))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -137,17 +141,20 @@ class LocalExecutor:
             raise self._died(broken) from None
 
     def _run_pooled(self, function, tasks, progress):
-        tasks, pending, relayed = iter(tasks), set(), [0, 0]
+        tasks, pending, relayed = zip(self._numbers, tasks), {}, [0, 0]
         while True:
-            while len(pending) < self.workers * TASKS_AHEAD and (task := next(tasks, None)) is not None:
-                pending.add(self._pool.submit(_run_watched, function, task))
+            while len(pending) < self.workers * TASKS_AHEAD and (item := next(tasks, None)) is not None:
+                pending[self._pool.submit(_run_watched, function, item[1], item[0])] = item[0]
+                self._running[item[0]] = item[1]
             if not pending:
                 return
-            done, pending = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
             self._relay(progress, relayed)
             self._stop_overdue()
             for future in done:
-                yield future.result()
+                result = future.result()  # a BrokenProcessPool leaves the task in `_running`, for `_died`
+                self._running.pop(pending.pop(future))
+                yield result
 
     @staticmethod
     def _run_here(function, tasks, progress):
@@ -161,8 +168,7 @@ class LocalExecutor:
 
     def _relay(self, progress, relayed: list) -> None:
         """Pass on what the workers reported since the last call."""
-        with self._counter.get_lock():
-            counts = list(self._counter)
+        counts = list(self._board.progress())
         if progress is not None and counts != relayed:
             progress(counts[0] - relayed[0], counts[1] - relayed[1])
         relayed[:] = counts
@@ -171,9 +177,9 @@ class LocalExecutor:
         """Kill the first worker in user code for longer than `timeout` seconds (its task then fails the pool)."""
         if not self.timeout or self._stopped is not None:
             return
-        now = time.monotonic()
-        for pid, (since, where) in self._board.entries().items():
-            if since and now - since > self.timeout:
+        now = time.monotonic_ns()
+        for pid, (since, _, _) in self._board.entries().items():
+            if since and now - since > self.timeout * 1e9:
                 self._stopped = pid, f"was stopped: the --map function ran longer than --map-timeout {self.timeout:g} s"
                 os.kill(pid, signal.SIGKILL)
                 return
@@ -187,8 +193,15 @@ class LocalExecutor:
         pid, why = self._stopped or _culprit(processes, broken)
         if pid is None:
             return PackError(f"the worker pool broke: {why}; {RESUME_HINT}")
-        where = self._board.entries().get(pid, (0.0, ""))[1] or "a task"
-        return PackError(f"{where}: worker process {pid} {why}; {RESUME_HINT}")
+        return PackError(f"{self._sample_of(pid)}: worker process {pid} {why}; {RESUME_HINT}")
+
+    def _sample_of(self, pid: int) -> str:
+        """What worker `pid` was on, by its task: the sample it marked, else the task's path."""
+        _, number, position = self._board.entries().get(pid, (0, -1, -1))
+        task = self._running.get(number)
+        if task is None:
+            return "a task"
+        return task.sample_at(position) if position >= 0 else task.path
 
 
 def _culprit(processes: list, broken: BrokenProcessPool) -> tuple:

@@ -50,6 +50,11 @@ class UnitTask:
         """What the task packs, for messages (an executor names a failed task by it): the unit's file."""
         return self.unit.path if self.unit.part < 0 else f"{self.unit.path} (row group {self.unit.part})"
 
+    def sample_at(self, position: int) -> str:
+        """The unit's sample at `position` of its stream (from 0), for messages (the executor names a dead worker's
+        sample).  By number, not key: the key would mean reading the unit again, in the driver."""
+        return f"sample #{position} of {self.path}"
+
 
 def write_unit(task: UnitTask) -> UnitDone:
     """Pack the samples of `task.unit` into its shards; bad inputs are skipped (recorded), or fail under strict."""
@@ -57,8 +62,9 @@ def write_unit(task: UnitTask) -> UnitDone:
     try:
         with naming(task.output):
             samples = read_unit(task.unit, strict=task.strict, on_skip=writer.reader_skipped, **task.read_options)
+            mark = executors.sample_marker()
             for count, sample in enumerate(samples, 1):
-                executors.working_on(sample.key, task.path)
+                mark(count - 1)
                 writer.add(sample, duplicate=writer.duplicates is not None and writer.duplicates[count - 1])
                 if count % REPORT_EVERY == 0:
                     executors.report(*writer.progress())

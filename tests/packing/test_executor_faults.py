@@ -6,6 +6,8 @@ point under test, or a result cannot be loaded by the driver.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -68,3 +70,39 @@ def test_a_pool_broken_by_a_result_it_cannot_load_names_the_cause_not_a_worker_n
     message = str(raised.value)
     assert message.startswith("the worker pool broke: ") and "ValueError: this result cannot be loaded" in message
     assert "None" not in message and "\n" not in message, message
+
+
+KILLED_IN_REPORT = """
+import os, signal
+from dataclasses import dataclass
+from corgi_io.errors import PackError
+from corgi_io.packing.executors import LocalExecutor, report
+
+@dataclass(frozen=True)
+class Job:
+    path: str
+
+class KilledMidAdd:
+    '''A count whose addition kills its worker: a SIGKILL (--map-timeout's, an OOM kill) inside report().'''
+    def __radd__(self, other):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def job(task):
+    report(KilledMidAdd() if task.path == "killed.txt" else 1, 0)
+    return task.path
+
+with LocalExecutor(2) as executor:
+    try:
+        list(executor.run(job, [Job("fine.txt"), Job("killed.txt"), Job("fine2.txt")], lambda *counts: None))
+    except PackError as exc:
+        print(exc)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_it_reports_progress_never_hangs_the_driver():
+    try:
+        run = subprocess.run([sys.executable, "-c", KILLED_IN_REPORT], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the driver hung: the worker died inside report(), holding a lock the driver waits on")
+    assert run.stdout.startswith("killed.txt: worker process ") and "SIGKILL" in run.stdout, run.stdout + run.stderr

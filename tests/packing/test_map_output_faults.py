@@ -11,6 +11,7 @@ with one line (issue 28: defects 2, 4, 9 and 11).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,7 +204,8 @@ def test_a_worker_that_dies_fails_the_pack_in_one_line_naming_its_sample(tmp_pat
     run = corgi("pack", source, tmp_path / "out", "--map", f"{user_map()}:{function}", "--workers", workers, *args)
     line = one_error_line(run)
     assert "worker process" in line and how in line and "no manifest written" in line, line
-    assert line.startswith("Error: sample '") and (" of c/" in line or "part-000.tar" in line), line
+    named = r"Error: sample 'c/(\d)' of c/\1\.jpg: " if form == "folder" else r"Error: sample #0 of \S+/part-000\.tar: "
+    assert re.match(named + "worker process ", line), line  # a source's sample by its number in the unit
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
@@ -214,7 +216,8 @@ def test_a_map_that_hangs_fails_after_the_map_timeout_naming_its_sample(tmp_path
     run = corgi("pack", source, tmp_path / "out", "--map", f"{user_map()}:hangs", "--map-timeout", 1,
                 "--workers", workers, *args, timeout=60)
     line = one_error_line(run)
-    assert line.startswith("Error: sample '") and "ran longer than --map-timeout 1 s" in line, line
+    assert line.startswith("Error: sample '" if form == "folder" else "Error: sample #"), line
+    assert "ran longer than --map-timeout 1 s" in line, line
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
