@@ -116,7 +116,7 @@ class _BlockEncoder:
         for position, kind, ext, label, joined, key in zip(range(first, stop), *columns):
             mark(position)
             names = joined.split("\0")  # the sample's files, primary first
-            sample = self._sample(position, KINDS[kind], self.task.extensions[ext], label, key, names)
+            sample = self._sample(position, kind, self.task.extensions[ext], label, key, names)
             if sample is None:
                 continue
             primary, kind, payload, size, extra, masks = sample
@@ -142,22 +142,24 @@ class _BlockEncoder:
                                                  masks[1], masks[0])):
             append(value)
 
-    def _sample(self, position: int, kind: str, primary: str, label: int, key: str, names: list):
+    def _sample(self, position: int, kind_id: int, primary: str, label: int, key: str, names: list):
         """(primary field, kind id, its bytes, size, [(field, bytes)] of the others, (field mask, ext id)) of the
-        sample at `position` as it is to be written, or None when it is skipped (recorded)."""
+        sample at `position` (of kind `kind_id`) as it is to be written, or None when it is skipped (recorded)."""
         if self.duplicates is not None and self.duplicates[position - self.task.blocks[0]]:
             self.skipped.append({"path": printable(names[0]), "reason": DUPLICATE_REASON})
             self._lost(names, 0)
             return None
         prefix = self.task.base + "/"
         paths = [name if name.startswith("/") else prefix + name for name in names]  # os.path.join, cheaper
+        kind = KINDS[kind_id]
         payload, size, extra = self._read_sample(paths, kind, names)
-        if payload is not None and self.task.output:
+        if payload is not None and self.task.output:  # only then may the kind change: looked up again
             primary, kind, payload, size, extra = self._transform(key, label, {primary: payload, **dict(extra)},
                                                                   kind, size, names)
+            kind_id = kind_id if payload is None else KINDS.index(kind)
         if payload is None or (masks := self._masks(key, primary, extra, names)) is None:
             return None
-        return primary, KINDS.index(kind), payload, size, extra, masks
+        return primary, kind_id, payload, size, extra, masks
 
     def _read_sample(self, paths: list, kind: str, names: list) -> tuple:
         """(primary bytes, its size, [(field, bytes)] of the other fields), or (None, None, None) when one of its
