@@ -53,8 +53,11 @@ class HashTask:
 
     @property
     def path(self) -> str:
-        """The hash file it writes, for messages (an executor names a failed task by it)."""
-        return self.out
+        """What it reads, for messages (an executor names a failed task by it): the unit's file, like a UnitTask, or
+        the folder and the pack order's samples [first, stop)."""
+        if self.unit is not None:
+            return self.unit.name
+        return f"{self.base} (samples {self.first:,} to {self.stop - 1:,} of the pack order)"
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class UnitTask:
     @property
     def path(self) -> str:
         """What the task packs, for messages (an executor names a failed task by it): the unit's file."""
-        return self.unit.path if self.unit.part < 0 else f"{self.unit.path} (row group {self.unit.part})"
+        return self.unit.name
 
     def sample_at(self, position: int) -> str:
         """The unit's sample at `position` of its stream (from 0), for messages (the executor names a dead worker's

@@ -106,3 +106,14 @@ def test_a_worker_killed_while_it_reports_progress_never_hangs_the_driver():
     except subprocess.TimeoutExpired:
         pytest.fail("the driver hung: the worker died inside report(), holding a lock the driver waits on")
     assert run.stdout.startswith("killed.txt: worker process ") and "SIGKILL" in run.stdout, run.stdout + run.stderr
+
+
+def test_a_hash_task_is_named_by_what_it_reads_not_by_the_file_it_writes(tmp_path):
+    from corgi_io.packing.dedup_pass import HashTask
+    from corgi_io.packing.sources import Unit
+
+    out = str(tmp_path / "hash-000003.npy")
+    assert HashTask(out, unit=Unit("wds", "/data/part-003.tar")).path == "/data/part-003.tar"
+    assert HashTask(out, unit=Unit("parquet", "/data/t.parquet", part=2)).path == "/data/t.parquet (row group 2)"
+    assert HashTask(out, first=4096, stop=8192, base="/data/images").path == (
+        "/data/images (samples 4,096 to 8,191 of the pack order)")

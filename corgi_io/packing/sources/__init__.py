@@ -53,6 +53,11 @@ class Unit(NamedTuple):
     first_row: int = 0  # the Parquet row group's first row in its file (default keys count from it)
     rows: int = -1     # rows in the row group; -1: not known before reading
 
+    @property
+    def name(self) -> str:
+        """What a message calls the unit: its file, and its row group if it is one."""
+        return self.path if self.part < 0 else f"{self.path} (row group {self.part})"
+
 
 def form_of_name(name: str) -> str | None:
     """The form whose shard files end like `name` (case-insensitive), or None."""
