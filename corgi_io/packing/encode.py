@@ -48,9 +48,7 @@ class ShardTask:
     format: str
     size_fn: str | None
     strict: bool
-    max_pixels: int | None   # PackOptions' input limits
-    max_sample_bytes: int
-    output: OutputRules = OutputRules()   # the transforms and size filter run on each sample read (picklable)
+    output: OutputRules   # the input limits, and the transforms and size filter run on each sample read (picklable)
     duplicates: str | None = None         # --dedup: the mask of positions to leave out (dedup_pass.py)
 
     def sample_at(self, position: int) -> str:
@@ -214,10 +212,10 @@ class _BlockEncoder:
     def _read(self, path: str, kind: str | None, name: str) -> tuple:
         """(file bytes, size: None without a `kind` to probe), or (None, None) for a file that is skipped."""
         try:
-            payload = read_regular_file(path, self.task.max_sample_bytes)
+            payload = read_regular_file(path, self.task.output.max_sample_bytes)
             if kind is None:
                 return payload, None
-            return payload, probe_size(kind, path, payload, self.size_fn, self.task.max_pixels)
+            return payload, probe_size(kind, path, payload, self.size_fn, self.task.output.max_pixels)
         except BadInput as exc:
             reason = str(exc)
         except OSError as exc:

@@ -237,7 +237,7 @@ def _write_shards(executor, staged: Staged, options: PackOptions, strict: bool, 
     tasks = (ShardTask(shard, str(staged.output / plan.shard_name(shard)),
                        str(record_path(staged.partial, plan.shard_name(shard))), staged.table,
                        plan.shard_blocks(shard), staged.base, staged.extensions, options.format, options.size_fn,
-                       strict, options.max_pixels, options.max_sample_bytes, output, staged.duplicates)
+                       strict, output, staged.duplicates)
              for shard in plan.todo)
     display.phase("write", "sample", total=sum(stop - first for first, stop in map(plan.positions, plan.todo)))
     records = dict(staged.finished)

@@ -125,9 +125,13 @@ class PackOptions:
         """The primary field the transforms make (``tokens.npy`` with a tokenizer), or None: the walk's stays."""
         return TOKENS_FIELD if self.tokenizer is not None else None
 
+    def image_renaming(self) -> str:
+        """The --image-format that image fields are renamed for by the transforms ("keep": none is renamed)."""
+        return "keep" if self.image_max_side is None else self.image_format
+
     def renamed(self, name: str) -> str:
         """The name field `name` has after the transforms (an image re-encoded by --image-format is renamed for it)."""
-        return name if self.image_max_side is None else renamed_field(name, self.image_format)
+        return renamed_field(name, self.image_renaming())
 
     def dropped_fields(self) -> tuple:
         """The fields the transforms remove from every sample (the tokenised text with drop_text)."""

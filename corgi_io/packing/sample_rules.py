@@ -25,6 +25,7 @@ from corgi_io.packing.grouping import RESERVED_NAMES, RESERVED_PRIMARY, reserved
 from corgi_io.packing.sample import PackSample, default_primary, field_kind
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
+from corgi_io.packing.transforms.image import renamed_field
 
 MAX_SOURCE_LABEL = (1 << 20) - 1  # the manifest names every class id up to the largest ("0".."N"): kept bounded
 
@@ -45,19 +46,20 @@ class OutputRules:
     """The pack-time transforms and the size filter, and what is asked of what they return; `apply` runs them.
 
     Both pipelines run them through here, so that a sample's final fields are checked the same way whatever
-    pipeline and transform made them.  Picklable (a shard task carries one)."""
+    pipeline and transform made them.  Small and picklable (a shard task carries one): only the values it needs, and
+    the input limits (max_pixels, max_sample_bytes) a shard task reads files by."""
 
     transforms: TransformChain = TransformChain()
     size_filter: SizeFilter | None = None
     primary_after: str | None = None   # the primary field the transforms make (tokens.npy), or None
-    renamed: object = None             # name -> the field's name after them (PackOptions.renamed); None: kept
+    image_format: str = "keep"         # what image fields are renamed for (PackOptions.image_renaming)
     max_pixels: int | None = None
     max_sample_bytes: int = 1 << 62
 
     @classmethod
     def of(cls, options) -> OutputRules:
         """The rules of a pack's `options` (PackOptions)."""
-        return cls(options.transforms(), options.size_filter(), options.primary_after(), options.renamed,
+        return cls(options.transforms(), options.size_filter(), options.primary_after(), options.image_renaming(),
                    options.max_pixels, options.max_sample_bytes)
 
     def __bool__(self) -> bool:
@@ -83,7 +85,7 @@ class OutputRules:
     def _primary(self, result, before, primary: str, kind: str, size: int, path) -> tuple:
         """(primary, kind, size) of a transformed sample, its fields checked (`check_fields`)."""
         fields = result.sample.fields
-        primary = self.primary_after or (self.renamed(primary) if self.renamed else primary)
+        primary = self.primary_after or renamed_field(primary, self.image_format)
         if primary not in fields:
             primary = default_primary(fields)
             if primary is None:

@@ -117,3 +117,14 @@ def test_a_hash_task_is_named_by_what_it_reads_not_by_the_file_it_writes(tmp_pat
     assert HashTask(out, unit=Unit("parquet", "/data/t.parquet", part=2)).path == "/data/t.parquet (row group 2)"
     assert HashTask(out, first=4096, stop=8192, base="/data/images").path == (
         "/data/images (samples 4,096 to 8,191 of the pack order)")
+
+
+def test_the_output_rules_a_shard_task_carries_hold_no_pack_options():
+    import pickle
+
+    from corgi_io.packing import PackOptions
+    from corgi_io.packing.sample_rules import OutputRules
+
+    rules = OutputRules.of(PackOptions(image_max_side=64, image_format="jpeg", max_pixels=1000))
+    assert b"PackOptions" not in pickle.dumps(rules)
+    assert (rules.image_format, rules.max_pixels) == ("jpeg", 1000)
