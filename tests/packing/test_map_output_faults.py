@@ -304,3 +304,13 @@ def test_sys_exit_in_other_user_code_is_a_failed_pack_not_a_silent_exit(tmp_path
     source, _ = make_source("folder", tmp_path)
     with pytest.raises(PackError, match=r"the pack stopped: SystemExit: 0 \(no manifest written"):
         pack(source, tmp_path / "out", PackOptions(size_fn="corgi_exiting_size:size"), progress=False)
+
+
+def test_the_map_help_says_the_primary_may_take_a_reserved_name_but_cls():
+    from click.testing import CliRunner
+
+    from corgi_io.cli import main
+
+    shown = " ".join(CliRunner().invoke(main, ["pack", "--help"]).output.split())
+    assert "a field other than the sample's primary with a reserved name" in shown
+    assert "the primary may take any of them but cls" in shown
