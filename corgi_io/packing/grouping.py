@@ -60,6 +60,14 @@ def reserved_reason(name: str) -> str:
     return f"field {name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})"
 
 
+def unusable_extra(name: str) -> str | None:
+    """Why a field read from SOURCE, other than its sample's primary, is left out of its sample: a reserved name; None
+    when it is packed.  The one rule of both pipelines (the folder walk: `SampleGrouper`; shards and tables:
+    `sample_rules.SampleRules`): the field is a skip record, its sample is packed without it.  A field with a reserved
+    name that --map returns skips the whole sample instead (`sample_rules.check_fields`): the user's code is wrong."""
+    return reserved_reason(name) if name in RESERVED_NAMES else None
+
+
 class SampleGrouper:
     """Entries in, columns out: per-file values wait in `pending` until `flush` turns them into arrays."""
 
@@ -176,11 +184,13 @@ class SampleGrouper:
         usable = []
         for entry, field in members:
             try:
-                if field in RESERVED_NAMES:
-                    raise BadInput(reserved_reason(field))
-                usable.append((entry, check_field_name(field)))
+                reason = unusable_extra(check_field_name(field))
             except BadInput as exc:
-                self.skip(printable(entry.raw), f"cannot be a field of sample '{printable(stem)}': {exc}",
+                reason = str(exc)
+            if reason is None:
+                usable.append((entry, field))
+            else:
+                self.skip(printable(entry.raw), f"cannot be a field of sample '{printable(stem)}': {reason}",
                           line=entry.line)
         return usable
 

@@ -2,7 +2,8 @@
 
 In order: ``--require`` (a sample without a required field is left out), the primary field
 (``--primary``, else the first field of ``--kind``, else the first image, video or text field),
-the reserved names and ``--max-sample-bytes`` on every field, the primary field's size (pixels,
+a field other than the primary with a reserved name left out (`grouping.unusable_extra`, the folder
+walk's rule too: a skip record, the sample kept), ``--max-sample-bytes`` on every field, the primary field's size (pixels,
 frames, tokens; ``--max-pixels``), the pack-time transforms, and the ``--min-size``/``--max-size``
 filter on the final size.  A sample left out by a rule (--require, --primary, --kind, a transform's
 Drop, the size filter) is a skip record, never fatal; a bad one (a reserved field, a field too
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 
 from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import KINDS
-from corgi_io.packing.grouping import RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason
+from corgi_io.packing.grouping import (RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason,
+                                      unusable_extra)
 from corgi_io.packing.sample import PackSample, default_primary, field_kind
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
@@ -110,7 +112,8 @@ class SampleRules:
         self.output = OutputRules.of(options)
 
     def accept(self, sample: PackSample):
-        """(primary field, kind id, size, fields) of the sample as it is to be packed, or {"reason": ...}: its skip.
+        """(primary field, kind id, size, fields, [{"reason": ...}] of the fields left out) of the sample as it is to
+        be packed, or {"reason": ...}: its skip.
 
         PackError naming the key under strict, for a bad sample (not for one a rule leaves out)."""
         try:
@@ -136,17 +139,19 @@ class SampleRules:
         if isinstance(chosen, dict):
             return chosen
         primary, kind = chosen
+        fields, dropped = _usable_fields(fields, primary)
         check_fields(fields, primary, self.options.max_sample_bytes)
         if sample.label > MAX_SOURCE_LABEL:
             raise BadInput(f"label {sample.label:,} is above the {MAX_SOURCE_LABEL + 1:,} classes a pack of sources "
                            "names")
         size = probe_size(kind, None, fields[primary], None, self.options.max_pixels)
         if self.output:
-            result = self.output.apply(sample, primary, kind, size)
+            kept = sample if fields is sample.fields else PackSample(sample.key, sample.label, fields)
+            result = self.output.apply(kept, primary, kind, size)
             if isinstance(result, Drop):
                 return {"reason": result.reason}
             primary, kind, fields, size = result
-        return primary, KINDS.index(kind), size, fields
+        return primary, KINDS.index(kind), size, fields, dropped
 
     def _primary(self, fields: dict):
         """(primary field, its kind), or the skip of a sample that has none by the options' rule."""
@@ -167,3 +172,13 @@ class SampleRules:
         primary = default_primary(fields)
         return (primary, field_kind(primary)) if primary else {"reason": "has no image, video or text field"}
 
+
+
+def _usable_fields(fields: dict, primary: str) -> tuple:
+    """(`fields` less those read with a name only the primary may take, [{"reason": ...}] for each left out): the
+    rule of `grouping.unusable_extra`, the folder walk's too; the sample is packed without them."""
+    reasons = {name: reason for name in fields if name != primary and (reason := unusable_extra(name)) is not None}
+    if not reasons:
+        return fields, []
+    kept = {name: value for name, value in fields.items() if name not in reasons}
+    return kept, [{"reason": f"{reason}: left out, the sample packed without it"} for reason in reasons.values()]

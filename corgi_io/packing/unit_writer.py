@@ -91,6 +91,7 @@ class _UnitWriter:
         self.block, self.block_bytes, self.crc = [], 0, 0   # the open block's records: (parts, length, row)
         self.shards, self.shard = [], None                 # sealed ShardFiles; the open one
         self.skipped, self.payload_bytes, self._reported = [], 0, [0, 0]
+        self.fields_dropped = 0  # skip records of fields left out of samples that are packed (not samples handled)
         self.block_limit = (options.block_bytes, options.block_samples)
         self.shard_limit = max(1, options.shard_bytes - len(self.fmt.TRAILER))
         self.duplicates = duplicate_mask(task.duplicates, *task.bounds)
@@ -109,7 +110,9 @@ class _UnitWriter:
         if isinstance(accepted, dict):  # a skip record
             self.skipped.append(dict(accepted, path=f"{self.task.unit.path}: {sample.key}"))
             return
-        primary, kind, size, fields = accepted
+        primary, kind, size, fields, dropped = accepted
+        self.skipped += [dict(skip, path=f"{self.task.unit.path}: {sample.key}") for skip in dropped]
+        self.fields_dropped += len(dropped)
         try:
             mask, ext = self.columns.names.mask(fields, sample.key), self.columns.names.ext(primary)
         except BadInput as exc:
@@ -181,7 +184,7 @@ class _UnitWriter:
 
     def progress(self) -> tuple:
         """(samples, payload bytes) handled since the last call, for the progress display."""
-        now = [self.columns.count + len(self.block) + len(self.skipped), self.payload_bytes]
+        now = [self.columns.count + len(self.block) + len(self.skipped) - self.fields_dropped, self.payload_bytes]
         new = (now[0] - self._reported[0], now[1] - self._reported[1])
         self._reported = now
         return new

@@ -314,3 +314,25 @@ def test_the_map_help_says_the_primary_may_take_a_reserved_name_but_cls():
     shown = " ".join(CliRunner().invoke(main, ["pack", "--help"]).output.split())
     assert "a field other than the sample's primary with a reserved name" in shown
     assert "the primary may take any of them but cls" in shown
+
+
+# --- reserved names read from SOURCE: one rule for the folder walk and the sources ----------------------------------
+
+@pytest.mark.parametrize("form", ["folder", "wds"])
+def test_a_source_field_with_a_reserved_name_is_left_out_and_its_sample_packed(tmp_path, form):
+    import webdataset as wds
+
+    if form == "folder":
+        for i in range(4):
+            write_image(tmp_path / "src" / "c" / f"{i}.jpg", 8 + i, 8)
+            (tmp_path / "src" / "c" / f"{i}.source").write_bytes(b"from a crawl")
+    else:
+        (tmp_path / "src").mkdir()
+        with wds.TarWriter(str(tmp_path / "src" / "part-000.tar")) as writer:
+            for i in range(4):
+                writer.write({"__key__": f"k{i}", "jpg": jpeg(8 + i, 8, i), "source": b"from a crawl"})
+    pack(tmp_path / "src", tmp_path / "out", PackOptions(), workers=1, progress=False)
+    manifest = open_manifest(tmp_path / "out")
+    assert manifest.num_samples == 4 and manifest.fields == ["jpg"]
+    skips = list(manifest.skip_records())
+    assert len(skips) == 4 and all(reserved_reason_of("source") in entry["reason"] for entry in skips), skips
