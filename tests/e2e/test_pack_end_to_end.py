@@ -327,8 +327,8 @@ def test_size_fn_bad_results_skip_the_file(tmp_path, mixed_corpus, corgi, write_
     texts = {rel for rel in expected if rel.endswith(".txt")}
     assert m.num_samples == len(expected) - len(texts)
     assert set(m.samples.size.tolist()) == {3}
-    assert {s["path"] for s in m.skipped} == texts
-    assert all("size function" in s["reason"] for s in m.skipped)
+    assert {s["path"] for s in list(m.skip_records())} == texts
+    assert all("size function" in s["reason"] for s in list(m.skip_records()))
 
 
 @pytest.mark.parametrize("spec", ["no_such_module_xyz:f", "os:no_such_function", "nocolon"])
