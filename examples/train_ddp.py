@@ -42,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.manifest.checks import KINDS
+from corgi_io.manifest.fields import KINDS
 
 CHECKPOINT = "checkpoint.pt"
 

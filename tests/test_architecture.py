@@ -17,6 +17,7 @@ LAYERS = [
 ]
 PURE = {"schedule": {"errors", "arguments", "schedule"}}  # planning: numpy in and out, no I/O, no torch
 TORCH_ONLY_IN = "loaders"
+READ_SIDE = {"loaders", "reading", "schedule"}  # never import packing (issue 30)
 
 
 def modules() -> dict:
@@ -91,3 +92,9 @@ def test_the_planning_core_is_pure():
 def test_torch_is_imported_only_by_the_loaders():
     assert [name for name, imports in GRAPH.items()
             if top(name) != TORCH_ONLY_IN and any(i.split(".")[0] in ("torch", "torchdata") for i in imports)] == []
+
+
+def test_the_read_side_never_imports_packing():
+    """The loaders, the reader and the planner share the field vocabulary with packing through the manifest."""
+    assert [(name, target) for name, imports in GRAPH.items() if top(name) in READ_SIDE
+            for target in internal(imports) if top(target) == "packing"] == []

@@ -22,7 +22,7 @@ import warnings
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError, DecodeError, plain_message
 from corgi_io.loaders.decode import FieldDecoders
-from corgi_io.packing.sample import field_kind
+from corgi_io.manifest.fields import field_kind
 
 ON_ERROR = ("raise", "skip")
 WARN_FIRST = 5  # failures warned one by one in each worker's epoch; the rest are counted

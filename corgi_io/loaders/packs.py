@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from corgi_io.errors import ArgumentError
 from corgi_io.manifest import open_manifest
-from corgi_io.packing.sample import KIND_OF_FIELD
+from corgi_io.manifest.fields import KIND_OF_FIELD
 from corgi_io.reading import PieceReader
 from corgi_io.reading.blend import BlendReader
 from corgi_io.reading.buffers import BufferPool

@@ -9,14 +9,16 @@ One module per part of the contract:
 * `tables`   - the column and shard tables a `Manifest` holds;
 * `columns`, `ranged` - .npy column files, mapped locally or read in ranges remotely;
 * `checksum` - the record checksums (CRC32C) that pack writes and readers check;
-* `names`    - the rule for keys and shard paths.
+* `names`    - the rule for keys and shard paths;
+* `fields`   - the field vocabulary: field names, their kinds (`KINDS`) and the default primary.
 
 The names below are the public face; `from corgi_io.manifest import open_manifest` keeps working.
 """
 from __future__ import annotations
 
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.checks import FORMATS, KINDS
+from corgi_io.manifest.checks import FORMATS
+from corgi_io.manifest.fields import KINDS
 from corgi_io.manifest.reader import Manifest, open_manifest
 from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, DEFAULT_MAX_PIXELS, DUPLICATE_REASON, HEAD_NAME, MANIFEST_VERSION, PACK_METADATA,
                                       SAMPLE_COLUMNS, column_path, column_schema)

@@ -24,11 +24,11 @@ import numpy as np
 
 from corgi_io.formats import FORMATS
 from corgi_io.manifest.checksum import CHECKSUMS
+from corgi_io.manifest.fields import KINDS
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
 from corgi_io.manifest.schema import MAX_SKIP_REASONS, SKIPS_SINCE
 
-KINDS = ("image", "video", "text")
 READABLE_VERSIONS = (1, 2, 3, 4)
 MAX_FIELDS = 64  # bits of the sample_fields column
 MAX_HEAD_BYTES = 1 << 30

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from corgi_io.errors import CorpusError
-from corgi_io.packing.sample import FIELD_KINDS
+from corgi_io.manifest.fields import FIELD_KINDS
 from corgi_io.packing.spool import SpooledStrings, decode
 from corgi_io.packing import keys as key_rules
 from corgi_io.packing.grouping import SampleGrouper

@@ -16,8 +16,7 @@ from tqdm import tqdm
 
 from corgi_io.errors import BadInput, CorpusError
 from corgi_io.formats import RESERVED_FIELDS
-from corgi_io.manifest import KINDS
-from corgi_io.packing.sample import check_field_name, default_primary, field_kind
+from corgi_io.manifest.fields import KINDS, check_field_name, default_primary, field_kind
 from corgi_io.packing.spool import SpooledColumn, SpooledStrings
 from corgi_io.packing.walk import extension, field_name, key_from_path, printable
 

@@ -16,7 +16,7 @@ from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 from corgi_io.packing.regular_files import DEFAULT_MAX_SAMPLE_BYTES
-from corgi_io.packing.sample import check_field_name
+from corgi_io.manifest.fields import check_field_name
 from corgi_io.packing.sources import FORMS, check_field_mapping
 from corgi_io.packing.transforms.base import checking_options
 from corgi_io.packing.transforms import ImageResize, SizeFilter, Tokenize, TransformChain

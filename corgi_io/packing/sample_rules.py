@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corgi_io.errors import BadInput, PackError
-from corgi_io.manifest import KINDS
+from corgi_io.manifest.fields import KINDS, default_primary, field_kind
 from corgi_io.packing.grouping import (RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason,
                                       unusable_extra)
-from corgi_io.packing.sample import PackSample, default_primary, field_kind
+from corgi_io.packing.sample import PackSample
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
 from corgi_io.packing.transforms.image import renamed_field

@@ -18,7 +18,7 @@ from corgi_io.manifest import MANIFEST_VERSION, ManifestError, open_manifest
 from corgi_io.manifest.checksum import checksum_function
 from corgi_io.packing import PackOptions, pack
 from corgi_io.packing.corpus import EXTENSIONS, discover
-from corgi_io.packing.sample import FIELD_KINDS
+from corgi_io.manifest.fields import FIELD_KINDS
 from corgi_io.report.verify import verify
 
 DATA = Path(__file__).parents[1] / "data"

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from corgi_io.errors import BadInput
-from corgi_io.packing.sample import PackSample, check_field_name, default_primary, field_kind
+from corgi_io.manifest.fields import check_field_name, default_primary, field_kind
+from corgi_io.packing.sample import PackSample
 
 
 @pytest.mark.parametrize("name", ["jpg", "txt", "tokens.npy", "seg-mask.png", "cls", "a_b.c-d"])

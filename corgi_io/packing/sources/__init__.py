@@ -26,7 +26,8 @@ from typing import NamedTuple
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
 from corgi_io.manifest.names import key_problem
-from corgi_io.packing.sample import PackSample, check_field_name
+from corgi_io.manifest.fields import check_field_name
+from corgi_io.packing.sample import PackSample
 
 SOURCE_MODULES = {
     "wds": "corgi_io.packing.sources.wds",

@@ -27,7 +27,8 @@ import re
 import tarfile
 
 from corgi_io.errors import BadInput
-from corgi_io.packing.sample import PackSample, check_field_name
+from corgi_io.manifest.fields import check_field_name
+from corgi_io.packing.sample import PackSample
 from corgi_io.packing.sources import Unit, check_label, checked_key, open_binary, skip_or_raise
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")

@@ -25,8 +25,9 @@ from PIL import Image
 from corgi_io.arguments import check_at_least, choose
 from corgi_io.errors import ArgumentError, BadInput
 from corgi_io.images.pillow import eight_bits
+from corgi_io.manifest.fields import field_kind
 from corgi_io.manifest.schema import DEFAULT_MAX_PIXELS
-from corgi_io.packing.sample import PackSample, field_kind
+from corgi_io.packing.sample import PackSample
 from corgi_io.packing.transforms.base import Kept, checking_options
 
 IMAGE_FORMATS = {"jpeg": ("JPEG", "jpg"), "webp": ("WEBP", "webp"), "keep": None}  # name -> (Pillow format, field)

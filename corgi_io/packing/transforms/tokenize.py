@@ -22,7 +22,8 @@ import numpy as np
 from corgi_io.arguments import check_flag, choose
 from corgi_io.errors import BadInput, PackError, plain_message
 from corgi_io.packing.regular_files import read_regular_file
-from corgi_io.packing.sample import PackSample, check_field_name
+from corgi_io.manifest.fields import check_field_name
+from corgi_io.packing.sample import PackSample
 from corgi_io.packing.transforms.base import Kept, checking_options
 
 TOKENS_FIELD = "tokens.npy"
