@@ -27,6 +27,7 @@ import cv2
 import numpy as np
 
 from corgi_io.errors import DecodeError
+from corgi_io.images.header import image_size
 from corgi_io.images.pillow import check_pixels, open_header, open_image
 
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -90,7 +91,7 @@ def image_header(data: bytes, max_pixels: int | None) -> tuple:
             height, width, colour, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError as exc:
             raise DecodeError(f"not a readable JPEG header ({exc})") from None
-        check_pixels(width, height, max_pixels)
+        check_pixels(*image_size(data), max_pixels)  # counted as the pack counts them
         return width, height, colour in _PLAIN_COLOURS
     image = open_header(data, max_pixels)
     return image.size[0], image.size[1], image.format == "JPEG" and image.mode in ("L", "RGB")

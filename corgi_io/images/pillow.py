@@ -1,10 +1,10 @@
 """Pillow's decode of any image format to RGB, with corgi's decompression-bomb bound checked from the header.
 
-An image of more than `max_pixels` pixels (Pillow's own limit by default) is refused with a
-DecodeError before any pixel is decoded.  `max_pixels` is then the only bound: Pillow's own
-check, a warning above its `Image.MAX_IMAGE_PIXELS` and an error above twice that, is silenced (so
-raising `max_pixels` raises the bound, without a warning per image); with `max_pixels=None`,
-Pillow's check applies.
+An image of more than `max_pixels` pixels (Pillow's own limit by default), counted from its header as
+`corgi pack` counts them (`corgi_io.images.header`), is refused with a DecodeError before any pixel is
+decoded.  `max_pixels` is then the only bound: Pillow's own check, a warning above its
+`Image.MAX_IMAGE_PIXELS` and an error above twice that, is silenced (so raising `max_pixels` raises the
+bound, without a warning per image); with `max_pixels=None`, Pillow's check applies.
 
 Depth: an image of more than 8 bits a channel is scaled to 8 bits, never clipped (`eight_bits`): a 16-bit
 one (Pillow's I;16 modes: a 16-bit grayscale PNG or TIFF) from 0-65535 to 0-255; a 32-bit integer or float
@@ -23,45 +23,26 @@ import numpy as np
 from PIL import Image
 
 from corgi_io.errors import DecodeError
+from corgi_io.images.header import above_pixel_limit, image_size, open_unbounded
 from corgi_io.manifest import DEFAULT_MAX_PIXELS
 
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")  # values 0-65535
 WIDE_MODES = ("I", "F")  # int32 and float32: no fixed range
 
 
-def _open_unchecked(data: bytes):
-    """`Image.open` of `data` without Pillow's pixel check (None if no format opens it): Pillow's registry
-    (`Image.ID`, `Image.OPEN`), for an image Pillow refuses as a bomb while `max_pixels` allows it."""
-    Image.init()
-    for name in Image.ID:
-        factory, accept = Image.OPEN[name]
-        verdict = accept(data[:16]) if accept else True
-        if verdict and not isinstance(verdict, str):
-            try:
-                return factory(io.BytesIO(data), "")
-            except (SyntaxError, IndexError, TypeError, ValueError):
-                continue
-    return None
-
-
 def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
-    """DecodeError for an image of `width` x `height` above `max_pixels` (None: no bound)."""
-    if max_pixels is not None and width * height > max_pixels:
+    """DecodeError for an image of `width` x `height` above `max_pixels` (None: no bound; `above_pixel_limit`)."""
+    if above_pixel_limit(width * height, max_pixels):
         raise DecodeError(f"image is {width}x{height} = {width * height:,} pixels, above max_pixels={max_pixels:,}")
 
 
 def open_header(data: bytes, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """`data` opened by Pillow, its header parsed and no pixel decoded; DecodeError above `max_pixels`."""
-    with warnings.catch_warnings():
-        if max_pixels is not None:
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        try:
-            image = Image.open(io.BytesIO(data))
-        except Image.DecompressionBombError:
-            image = None if max_pixels is None else _open_unchecked(data)
-            if image is None:
-                raise
-    check_pixels(*image.size, max_pixels)
+    """`data` opened by Pillow, its header parsed and no pixel decoded; DecodeError above `max_pixels`, counted
+    from `image_size` as `corgi pack` counts them (None: Pillow's own check instead)."""
+    if max_pixels is None:
+        return Image.open(io.BytesIO(data))
+    image = open_unbounded(data)
+    check_pixels(*image_size(data, image), max_pixels)
     return image
 
 

@@ -1,7 +1,7 @@
 """Size probes: the work a sample costs, measured once at pack time and kept in the manifest.
 
-* image - pixels (w*h) read from the header, without decoding the pixels: JPEG and PNG headers
-  directly (the start-of-frame segment, the IHDR chunk), every other format by Pillow;
+* image - pixels (w*h) read from the header, without decoding the pixels, by the header reader the
+  loaders share (`corgi_io.images.header`);
 * video - frames, from OpenCV's CAP_PROP_FRAME_COUNT, or counted when the container lies;
 * text  - whitespace tokens of the UTF-8 text, counted a chunk at a time (bounded memory);
 * any   - a user function ``module:function`` called as ``function(path) -> int``.
@@ -15,31 +15,22 @@ from __future__ import annotations
 
 import codecs
 import functools
-import io
 
 from PIL import Image, UnidentifiedImageError
 
 from corgi_io.errors import BadInput
+from corgi_io.images.header import JPEG_MAGIC, PNG_MAGIC, above_pixel_limit, image_size
 
 MAX_PLAUSIBLE_FRAMES = 10_000_000
 TEXT_CHUNK = 1 << 20  # bytes of text decoded and counted at a time
 MAX_WHITESPACE = 0x3000  # the highest code point that str.split() treats as whitespace (IDEOGRAPHIC SPACE)
-JPEG_MAGIC = b"\xff\xd8"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PNG_IEND = b"\0\0\0\0IEND\xaeB`\x82"  # the whole IEND chunk: length 0, type, CRC
-JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # SOFn markers (not DHT, JPG, DAC)
-JPEG_STANDALONE = frozenset([0x01, 0xD8, *range(0xD0, 0xD8)])  # TEM, SOI, RSTn: no length field
 
 
 def image_pixels(data: bytes) -> int:
-    """w*h of an encoded image, from its header; rejects truncated JPEG and PNG files.
-
-    JPEG and PNG sizes are read straight from the bytes (about 2 us, against 12 us for
-    `imagesize` and 28 us for Pillow: bench/pack.py's profile); Pillow is the authority for
-    every other format, and for any JPEG whose markers do not lead to a frame header.
-    """
-    found = _jpeg_size(data) if data[:2] == JPEG_MAGIC else _png_size(data) if data[:8] == PNG_MAGIC else None
-    width, height = found or _pillow_size(data)
+    """w*h of an encoded image, from its header as the loaders read it (`corgi_io.images.header.image_size`);
+    rejects truncated JPEG and PNG files."""
+    width, height = _header_size(data)
     # cheap truncation checks that still accept trailing data (camera trailers, motion photos)
     if (data[:2] == JPEG_MAGIC and not data.endswith(b"\xff\xd9")
             and data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda")):
@@ -51,40 +42,13 @@ def image_pixels(data: bytes) -> int:
     return width * height
 
 
-def _jpeg_size(data: bytes):
-    """(width, height) from a JPEG's first start-of-frame segment, walking the marker segments that
-    precede it (a thumbnail inside APP1 is skipped whole); None if they do not lead to one."""
-    position, end = 2, len(data) - 9
-    while position < end:
-        if data[position] != 0xFF:
-            return None
-        marker = data[position + 1]
-        if marker in JPEG_FRAMES:
-            return (int.from_bytes(data[position + 7:position + 9], "big"),
-                    int.from_bytes(data[position + 5:position + 7], "big"))
-        if marker == 0xFF:  # a fill byte before a marker
-            position += 1
-        elif marker in JPEG_STANDALONE:
-            position += 2
-        else:
-            position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
-    return None
-
-
-def _png_size(data: bytes):
-    """(width, height) from a PNG's IHDR chunk, the first one; None if it is not there."""
-    if data[12:16] != b"IHDR" or len(data) < 24:
-        return None
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-
-
-def _pillow_size(data: bytes) -> tuple:
+def _header_size(data: bytes) -> tuple:
+    """`image_size`, its Pillow errors as BadInput."""
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            return image.size
+        return image_size(data)
     except UnidentifiedImageError:  # its message holds the repr of our BytesIO: name no object
         raise BadInput("not a readable image (Pillow does not recognise its format)") from None
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise BadInput(f"not a readable image ({exc})") from None
 
 
@@ -160,7 +124,7 @@ def probe_size(kind: str, path: str, data: bytes, size_fn=None, max_pixels: int 
     size = _custom_size(size_fn, path) if size_fn is not None else _built_in_size(kind, path, data)
     if kind == "image" and max_pixels is not None:
         pixels = size if size_fn is None else image_pixels(data)
-        if pixels > max_pixels:
+        if above_pixel_limit(pixels, max_pixels):
             raise BadInput(f"image of {pixels:,} pixels, above the limit of {max_pixels:,} (--max-pixels)")
     return size
 

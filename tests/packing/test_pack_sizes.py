@@ -144,7 +144,8 @@ def _encoded(image, **options) -> bytes:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_header_readers_agree_with_pillow(seed):
-    from corgi_io.packing.sizing import _jpeg_size, _png_size, image_pixels
+    from corgi_io.images.header import _jpeg_size, _png_size
+    from corgi_io.packing.sizing import image_pixels
 
     rng = np.random.default_rng(seed)
     for _ in range(12):
@@ -160,7 +161,7 @@ def test_header_readers_agree_with_pillow(seed):
 
 def test_jpeg_reader_skips_a_thumbnail_and_fill_bytes():
     """An EXIF thumbnail is a whole JPEG (with its own frame header) inside APP1: it is skipped with its segment."""
-    from corgi_io.packing.sizing import _jpeg_size
+    from corgi_io.images.header import _jpeg_size
 
     thumbnail = _encoded(Image.new("RGB", (7, 5)), format="JPEG")
     data = _encoded(Image.new("RGB", (333, 222)), format="JPEG",
@@ -172,7 +173,8 @@ def test_jpeg_reader_skips_a_thumbnail_and_fill_bytes():
 
 def test_a_jpeg_header_that_leads_nowhere_goes_to_pillow():
     from corgi_io.errors import BadInput
-    from corgi_io.packing.sizing import _jpeg_size, image_pixels
+    from corgi_io.images.header import _jpeg_size
+    from corgi_io.packing.sizing import image_pixels
 
     broken = b"\xff\xd8\xff\xe0\x00\x10" + b"JFIF" + b"\0" * 10 + b"garbage, not a marker" + b"\xff\xd9"
     assert _jpeg_size(broken) is None

@@ -24,6 +24,7 @@ from PIL import Image
 
 from corgi_io.arguments import check_at_least, choose
 from corgi_io.errors import ArgumentError, BadInput
+from corgi_io.images.header import above_pixel_limit, image_size, open_unbounded
 from corgi_io.images.pillow import eight_bits
 from corgi_io.manifest.fields import field_kind
 from corgi_io.manifest.schema import DEFAULT_MAX_PIXELS
@@ -95,8 +96,8 @@ class ImageResize:
     def _field(self, key: str, name: str, data: bytes) -> tuple:
         """(field name, bytes, pixels) of one image field after the transform."""
         try:
-            with Image.open(io.BytesIO(data)) as image:  # reads the header only
-                target = self._target(key, name, image)
+            with open_unbounded(data) as image:  # reads the header only; max_pixels is the one bound
+                target = self._target(key, name, image_size(data, image))
                 source_format = "JPEG" if image.format in JPEG_FORMATS else image.format
                 out_format = source_format if self.format == "keep" else IMAGE_FORMATS[self.format][0]
                 if target == image.size and out_format == source_format:
@@ -113,10 +114,10 @@ class ImageResize:
             raise BadInput(f"sample {key!r}: field {name!r} is not a readable image ({exc})") from None
         return _field_name(name, out_format), encoded, target[0] * target[1]
 
-    def _target(self, key: str, name: str, image) -> tuple:
-        """The output size of `image` (only its header read); BadInput above max_pixels."""
-        width, height = image.size
-        if width * height > self.max_pixels:
+    def _target(self, key: str, name: str, size: tuple) -> tuple:
+        """The output size of an image of `size` (width, height: its header's); BadInput above max_pixels."""
+        width, height = size
+        if above_pixel_limit(width * height, self.max_pixels):
             raise BadInput(f"sample {key!r}: field {name!r} has {width * height:,} pixels, above the limit of "
                            f"{self.max_pixels:,} (max_pixels)")
         return fit(width, height, self.max_side)
