@@ -4,7 +4,7 @@ Per epoch: the planning core (`corgi_io.schedule`) orders the blocks, gives ever
 the same number of samples, splits a rank's share among DataLoader workers, and groups
 each worker's pieces into shuffle buffers.  `PieceReader` then reads each piece with one
 ranged read, ahead of the consumer, and the samples come out in the plan's order.  The
-dataset holds its checked options (`spec`, frozen) and the epoch's `EpochPlanner`.
+dataset holds its checked options (`spec`, frozen) and the epoch's `Planner` (`corgi_io.schedule.planner`).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from operator import attrgetter
 import torch
 
 from corgi_io.errors import ArgumentError, ResumeError
-from corgi_io.schedule import EpochPlanner, find_states, merge_states
+from corgi_io.schedule import find_states, merge_states
 
 from corgi_io.loaders.cache import cached_epoch
 from corgi_io.loaders.collate import collate_samples
@@ -30,7 +30,7 @@ from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.progress import Progress
-from corgi_io.loaders.rows import RowProgress, check_token_pack, row_items, row_spec
+from corgi_io.loaders.rows import check_token_pack, row_items, row_spec
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
 
@@ -135,7 +135,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
-        self._progress = RowProgress() if rows else Progress()  # this process's place in its epoch (rows: in rows)
+        self._progress = Progress()      # this process's place in its epoch, in the planner's units
 
     def _open(self, source, partitions, weights, samples_per_epoch):
         """The pack (`OnePack`), or for a mapping of sources the blend (`PackBlend`), checked before any read."""
@@ -152,11 +152,9 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         return blend
 
     def __getstate__(self):
-        """For spawn workers and copies: no reader (locks); a pack's planner without its table (the manifest
-        reopens its columns), a blend's planner not at all (rebuilt in the copy)."""
-        planner = self._planner
-        if planner is not None:
-            planner = replace(planner, table=None) if isinstance(planner, EpochPlanner) else None
+        """For spawn workers and copies: no reader (locks), and the planner as it crosses to a copy
+        (`Planner.portable`: a pack's without its table, which the manifest reopens; others not at all)."""
+        planner = None if self._planner is None else self._planner.portable()
         return {**self.__dict__, "last_reader": None, "_planner": planner}
 
     def __setstate__(self, state: dict) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.schedule import EpochPlanner, resumed_plan, worker_state
+from corgi_io.schedule import worker_state
+from corgi_io.schedule.planner import Planner
 
 from corgi_io.loaders.distributed import worker_and_count
 
@@ -17,10 +18,9 @@ from corgi_io.loaders.distributed import worker_and_count
 class Progress:
     """One process's place in its epoch, and a loaded state not yet resumed.
 
-    The saved count is in the planner's units: samples, or plan items (batches) for a planner that
-    `counts_items` (budgeted batches, whose ranks step alike in batches but not in samples)."""
-
-    resumer = staticmethod(resumed_plan)  # (planner, rank, worker, workers, state) -> (plan, finished, yielded)
+    The saved count is in the planner's units: samples (rows for token rows), or plan items (batches) for
+    a planner that `counts_items` (budgeted batches, whose ranks step alike in batches but not in samples);
+    the planner resumes it (`Planner.resumed_plan`)."""
 
     def __init__(self):
         self.loaded = None   # a merged saved state (`merge_states`), applied by the next iteration of its epoch
@@ -56,7 +56,7 @@ class Progress:
         until its first batch, and a checkpoint taken then resumed that epoch without the worker's share."""
         self.current, self.yielded, self.done, self.item_ends = None, 0, 0, None
 
-    def start(self, planner: EpochPlanner, rank: int, worker: int, num_workers: int):
+    def start(self, planner: Planner, rank: int, worker: int, num_workers: int):
         """The buffer plan of a worker's iteration of `planner`'s epoch, from where it stands: a loaded state of
         that epoch is resumed by this iteration (and only by it), otherwise the epoch is whole."""
         epoch, world_size = planner.spec.epoch, planner.spec.world_size
@@ -65,7 +65,7 @@ class Progress:
         if resume is None:
             plan, finished, self.done = planner.plan(rank, worker, num_workers), [], 0
         else:
-            plan, finished, self.done = self.resumer(planner, rank, worker, num_workers, resume)
+            plan, finished, self.done = planner.resumed_plan(rank, worker, num_workers, resume)
         self.current, self.yielded, self.item_ends = (epoch, finished, world_size, num_workers, worker), 0, None
         if planner.counts_items:
             plan = list(plan)

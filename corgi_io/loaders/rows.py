@@ -24,9 +24,8 @@ import torch
 from corgi_io.arguments import check_at_least, check_flag
 from corgi_io.errors import ArgumentError
 from corgi_io.reading.read_ahead import Marker, read_ahead
-from corgi_io.schedule.rows import RowOptions, RowPlanner
+from corgi_io.schedule.rows import RowOptions
 
-from corgi_io.loaders.progress import Progress
 from corgi_io.loaders.token_pieces import TokenPieces, buffer_steps, buffer_tokens
 
 ROW_SHUFFLES = ("corgipile", "block", "none")
@@ -87,12 +86,6 @@ def check_token_pack(manifest) -> None:
     if not manifest.extensions or not all(ext.endswith("npy") for ext in manifest.extensions):
         raise ArgumentError(f"pack_length= packs the token ids of the primary field, a .npy array (corgi pack "
                             f"--tokenizer writes tokens.npy); this pack's primary fields are {manifest.extensions}")
-
-
-class RowProgress(Progress):
-    """A worker's progress counted in rows, resumed by the row plan's arithmetic."""
-
-    resumer = staticmethod(RowPlanner.resumed_plan)
 
 
 def row_steps(reader, stream, ranges: list, length: int):

@@ -1,4 +1,4 @@
-"""One epoch of a weighted blend as a pure planner, with `EpochPlanner`'s interface (what the loader and resume use).
+"""One epoch of a weighted blend as a pure planner, a `SamplePlanner` (what the loader and resume use).
 
 The epoch is a virtual pack (`blend.BlendEpoch`).  Each source's share of it is planned by its own
 `EpochPlanner`, as a pack of its own: every rank gets the same count of that source's samples (count,
@@ -21,6 +21,8 @@ from corgi_io.schedule.blend import SAMPLE_ROW, BlendEpoch, compose_rows, epoch_
 from corgi_io.schedule.epoch import EpochPlanner, loader_planner
 from corgi_io.schedule.modes import SHUFFLES
 from corgi_io.schedule.pieces import EMPTY, block_pieces, cut, piece_counts
+from corgi_io.schedule.planner import SamplePlanner
+from corgi_io.schedule.resume import resumed_plan
 from corgi_io.schedule.spec import EpochSpec, samples_per_rank
 from corgi_io.schedule.stream import buffer_plan
 
@@ -28,7 +30,7 @@ SOURCE_SEEDS = 1 << 16  # source s of a blend of seed k plans with seed k * SOUR
 
 
 @dataclass(frozen=True, eq=False)
-class BlendPlanner:
+class BlendPlanner(SamplePlanner):
     """The plans of one epoch of a blend for ``spec.world_size`` ranks: ``parts[s]`` plans source s's runs of
     ``blend`` (None for a source with none), ``weights`` shape each row, ``batch_size`` (None: samples) sizes
     the rows.  ``rank_cache`` keeps the rows once computed (each source's planner keeps its ranks' pieces)."""
@@ -113,6 +115,12 @@ class BlendPlanner:
     def rank_items(self, rank: int) -> int:
         """What every rank yields per epoch: samples, or batches (rows) with `batch_size`."""
         return len(self.rows()) if self.batch_size else int(self.totals().sum())
+
+    resumed_plan = resumed_plan  # `corgi_io.schedule.resume.resumed_plan`, this planner its first argument
+
+    def portable(self) -> None:
+        """None: a copy of the dataset plans the blend anew (its virtual table is made from the sources')."""
+        return None
 
 
 def blend_planner(tables, weights, samples_per_epoch: int, world_size: int, epoch: int, *, shuffle: str,

@@ -1,4 +1,4 @@
-"""One epoch of budgeted batches (`batch_budget=T`) as a pure planner, with `EpochPlanner`'s interface.
+"""One epoch of budgeted batches (`batch_budget=T`) as a pure planner, a `SamplePlanner`.
 
 Ranks get their samples as without a budget (equal counts; equal size sums under size balance), and
 each rank's pieces form CorgiPile buffers as if the rank had one worker.  Each buffer is cut into
@@ -26,6 +26,8 @@ from corgi_io.schedule.epoch import EpochPlanner
 from corgi_io.schedule.order import BUDGET, epoch_rng
 from corgi_io.schedule.pieces import EMPTY, piece_counts
 from corgi_io.schedule.modes import BALANCES
+from corgi_io.schedule.planner import SamplePlanner
+from corgi_io.schedule.resume import resumed_plan
 from corgi_io.schedule.stream import buffer_plan, even_buffers
 
 MEMBERS, REGROUP, ORDER = range(3)  # the BUDGET stream's parts: batch members, buffers (per rank); step keys (shared)
@@ -44,7 +46,7 @@ def spread(extra: int, weights: np.ndarray, room: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class BudgetPlanner:
+class BudgetPlanner(SamplePlanner):
     """The plans of one epoch of budgeted batches: `base` plans the ranks' samples (no batch size), `budget`
     cuts each rank's buffers.  ``cache`` keeps the step count and each rank's batches once computed."""
 
@@ -148,3 +150,9 @@ class BudgetPlanner:
     def rank_items(self, rank: int) -> int:
         """The batches every rank yields per epoch (`steps`)."""
         return self.steps()
+
+    resumed_plan = resumed_plan  # `corgi_io.schedule.resume.resumed_plan`, this planner its first argument
+
+    def portable(self) -> None:
+        """None: a copy of the dataset plans its batches anew."""
+        return None

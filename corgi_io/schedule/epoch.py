@@ -19,6 +19,8 @@ from corgi_io.schedule.assign import plan_epoch
 from corgi_io.schedule.modes import BALANCES, SHUFFLES
 from corgi_io.schedule.order import block_order
 from corgi_io.schedule.pieces import block_pieces, piece_counts
+from corgi_io.schedule.planner import SamplePlanner
+from corgi_io.schedule.resume import resumed_plan
 from corgi_io.schedule.spec import BlockTable, EpochSpec
 from corgi_io.schedule.stream import buffer_plan
 from corgi_io.schedule.workers import batch_count, worker_share
@@ -31,7 +33,7 @@ def window_samples(table: BlockTable, buffer_blocks: int) -> int:
 
 
 @dataclass(frozen=True, eq=False)
-class EpochPlanner:
+class EpochPlanner(SamplePlanner):
     """The plans of one epoch for a world of ``spec.world_size`` ranks.
 
     ``batch_size``: the loader's batches (None: samples); each worker gets whole batches
@@ -113,6 +115,12 @@ class EpochPlanner:
         else:
             samples = int(piece_counts(self.rank_pieces(rank)).sum())
         return samples if self.batch_size is None else batch_count(samples, self.batch_size, self.spec.drop_last)
+
+    resumed_plan = resumed_plan  # `corgi_io.schedule.resume.resumed_plan`, this planner its first argument
+
+    def portable(self) -> "EpochPlanner":
+        """This planner without its table (a copy reopens the manifest's), its planned ranks kept."""
+        return replace(self, table=None)
 
 
 def loader_planner(table: BlockTable, world_size: int, epoch: int, *, shuffle: str, buffer_blocks: int, seed: int,

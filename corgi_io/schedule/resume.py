@@ -16,7 +16,7 @@ says what the whole world consumed.
   run were a block (equal counts per rank, the usual padding rule), so it is still read by
   ranged reads of runs, never sample by sample.  A later interruption adds a segment.
 
-`resumed_plan` gives one worker its plan from a merged state, over the epoch's `EpochPlanner`
+`resumed_plan` gives one worker its plan from a merged state, over the epoch's `SamplePlanner`
 (`remaining_pieces`: what the finished segments left; `segment_consumed`: what one of them yielded).
 
 The state of a worker is small JSON: the pack's fingerprint, the options that decide the
@@ -31,8 +31,8 @@ import numpy as np
 
 from corgi_io.errors import ResumeError
 
-from corgi_io.schedule.epoch import EpochPlanner
 from corgi_io.schedule.pieces import piece_samples
+from corgi_io.schedule.planner import SamplePlanner
 
 STATE_KEY = "corgi_io_resume"   # marks a CorgiPileDataset worker state inside a StatefulDataLoader state
 STATE_VERSION = 1
@@ -111,7 +111,7 @@ def remainder_pieces(sequence: np.ndarray, consumed: np.ndarray) -> np.ndarray:
     return np.stack([sequence[owner[starts], 0], ids[starts], ids[stops - 1] + 1], axis=1)
 
 
-def segment_consumed(planner: EpochPlanner, segment: dict, runs: np.ndarray | None) -> np.ndarray:
+def segment_consumed(planner: SamplePlanner, segment: dict, runs: np.ndarray | None) -> np.ndarray:
     """Bool mask of the samples that the world of a finished `segment` ({world_size, num_workers, yielded})
     yielded of `planner`'s epoch, that world having planned `runs` (None: the whole epoch)."""
     world, workers = planner.for_world(segment["world_size"], runs), segment["num_workers"]
@@ -123,7 +123,7 @@ def segment_consumed(planner: EpochPlanner, segment: dict, runs: np.ndarray | No
                             planner.counts_items)
 
 
-def remaining_pieces(planner: EpochPlanner, finished: list) -> np.ndarray | None:
+def remaining_pieces(planner: SamplePlanner, finished: list) -> np.ndarray | None:
     """The runs of `planner`'s epoch that no rank yielded in the `finished` segments, in the epoch's read order
     (None when no segment finished: the epoch is whole).  Each segment planned what the ones before it left."""
     if not finished:
@@ -134,7 +134,7 @@ def remaining_pieces(planner: EpochPlanner, finished: list) -> np.ndarray | None
     return runs
 
 
-def resumed_plan(planner: EpochPlanner, rank: int, worker: int, num_workers: int, resume: dict) -> tuple:
+def resumed_plan(planner: SamplePlanner, rank: int, worker: int, num_workers: int, resume: dict) -> tuple:
     """(buffer plan, finished segments, units already yielded) of one worker of `planner`'s world resuming
     `resume` (`merge_states`, of the planner's epoch).  Units are samples, or a planner's plan items when it
     `counts_items` (budgeted batches).
@@ -143,20 +143,28 @@ def resumed_plan(planner: EpochPlanner, rank: int, worker: int, num_workers: int
     (`skip_consumed`); another one finishes the interrupted segment and plans the samples no rank
     yielded over the new world, which needs every worker's progress (ResumeError otherwise).
     """
-    finished, yielded, old_workers = resume["finished"], resume["yielded"], resume["num_workers"]
-    same_world = (planner.spec.world_size, num_workers) == (resume["world_size"], old_workers)
+    finished, yielded = resume["finished"], resume["yielded"]
+    same_world = (planner.spec.world_size, num_workers) == (resume["world_size"], resume["num_workers"])
     if same_world and worker in yielded:
         segment = planner.for_world(planner.spec.world_size, remaining_pieces(planner, finished))
         plan, done = list(segment.plan(rank, worker, num_workers)), yielded[worker]
         samples = sum(len(order) for _, order in plan[:done]) if planner.counts_items else done
         return skip_consumed(plan, samples), finished, done
-    if len(yielded) != old_workers:
-        raise ResumeError(f"the state holds {len(yielded)} of {old_workers} workers' progress; resuming with another "
-                          "world size or worker count needs the whole StatefulDataLoader state of one rank")
-    finished = finished + [{"world_size": resume["world_size"], "num_workers": old_workers,
-                            "yielded": [yielded[w] for w in range(old_workers)]}]
+    finished = closed_segments(resume)
     plan = planner.for_world(planner.spec.world_size, remaining_pieces(planner, finished))
     return plan.plan(rank, worker, num_workers), finished, 0
+
+
+def closed_segments(resume: dict) -> list:
+    """The finished segments of the saved point `resume` (`merge_states`) and its interrupted one, closed: what
+    another world size or worker count continues from (the samples' planners and the rows' alike).  It needs
+    every worker's progress: ResumeError for a state that lacks some."""
+    yielded, workers = resume["yielded"], resume["num_workers"]
+    if len(yielded) != workers:
+        raise ResumeError(f"the state holds {len(yielded)} of {workers} workers' progress; resuming with another "
+                          "world size or worker count needs the whole StatefulDataLoader state of one rank")
+    return resume["finished"] + [{"world_size": resume["world_size"], "num_workers": workers,
+                                  "yielded": [yielded[w] for w in range(workers)]}]
 
 
 def worker_state(identity: dict, epoch: int, finished: list, world_size: int, num_workers: int,

@@ -25,6 +25,8 @@ from corgi_io.errors import ResumeError
 
 from corgi_io.schedule.epoch import EpochPlanner
 from corgi_io.schedule.pieces import EMPTY
+from corgi_io.schedule.planner import Planner
+from corgi_io.schedule.resume import closed_segments
 from corgi_io.schedule.workers import worker_counts
 
 
@@ -104,7 +106,7 @@ def first_occurrences(orders: list) -> list:
 
 
 @dataclass(frozen=True, eq=False)
-class RowPlanner:
+class RowPlanner(Planner):
     """The rows of one epoch, over the epoch's sample `planner` (planned without batches), in batches of
     `batch_size` rows (None: rows one by one).  Plans every rank's stream once, on first use: O(N log N)
     for the N samples (the greedy of unsplit documents adds O(N) in Python), as every rank must know how
@@ -129,6 +131,17 @@ class RowPlanner:
     def rank_pieces(self, rank: int) -> np.ndarray:
         """Rank `rank`'s pieces of the sample plan (what its stream reads)."""
         return self.planner.rank_pieces(rank)
+
+    def worker_pieces(self, rank: int, worker: int, num_workers: int) -> np.ndarray:
+        """The pieces one of a rank's `num_workers` DataLoader workers reads: those of the buffers its rows
+        overlap (a buffer that two workers' rows share is read by both)."""
+        stream, length = self.streams[rank], self.options.length
+        return np.concatenate([EMPTY, *(pieces for a, b in self.plan(rank, worker, num_workers)
+                                        for pieces, _, _ in stream.buffers(a * length, b * length))])
+
+    def portable(self) -> None:
+        """None: a copy of the dataset plans its rows anew."""
+        return None
 
     @functools.cached_property
     def streams(self) -> list:
@@ -172,19 +185,15 @@ class RowPlanner:
         share after its yielded rows, exactly; another one deals the rows no worker yielded over the new workers
         (that needs every worker's progress).  Rows are cut from each rank's own stream: ResumeError for a state
         of another world size."""
-        finished, yielded, old = resume["finished"], resume["yielded"], resume["num_workers"]
+        finished, yielded = resume["finished"], resume["yielded"]
         if resume["world_size"] != self.spec.world_size:
             raise ResumeError(f"pack_length rows are cut from each rank's own stream: resume them with the saved "
                               f"world size ({resume['world_size']} ranks), not {self.spec.world_size}")
         batch = self.batch_size or 1
-        if old == num_workers and worker in yielded:
+        if resume["num_workers"] == num_workers and worker in yielded:
             share = shares(remaining_rows(self.rows, finished, batch), num_workers, batch)[worker]
             return take(share, yielded[worker], self.rows), finished, yielded[worker]
-        if len(yielded) != old:
-            raise ResumeError(f"the state holds {len(yielded)} of {old} workers' progress; resuming with "
-                              "another worker count needs the whole StatefulDataLoader state of one rank")
-        finished = finished + [{"world_size": resume["world_size"], "num_workers": old,
-                                "yielded": [yielded[w] for w in range(old)]}]
+        finished = closed_segments(resume)
         return shares(remaining_rows(self.rows, finished, batch), num_workers, batch)[worker], finished, 0
 
 
