@@ -18,12 +18,16 @@ import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
+from corgi_io.errors import PackError
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # A WorkerBoard slot: int64s, each written by one process only.  PID: its worker (0: a free slot); SINCE: since when
 # it runs user code (time.monotonic_ns(), 0: it does not); SAMPLES, BYTES: what it reported; TASK, POSITION: the
 # task it is on (a number the parent gave it, -1: none yet) and the sample in it (-1: none yet).
 PID, SINCE, SAMPLES, BYTES, TASK, POSITION = range(6)
-SLOT = 8  # int64s a slot: its fields, padded to 64 bytes (a cache line, not shared with another worker's slot)
+# int64s a slot: its fields, padded to 64 bytes.  RawArray memory is only 8-byte aligned, so a slot may straddle two
+# cache lines and share one with its neighbour: the padding keeps false sharing to those edges, it does not prevent it.
+SLOT = 8
 
 
 def worker_pool(workers: int, initializer=None, initargs: tuple = ()) -> ProcessPoolExecutor:
@@ -79,7 +83,8 @@ class WorkerBoard:
         return self._view
 
     def claim(self) -> None:
-        """Take the first free slot for this process (in a worker)."""
+        """Take the first free slot for this process (in a worker); PackError when every slot is taken (the board
+        was built for fewer workers than the pool started): the other methods rely on a claimed slot."""
         view = self._slots()
         with self._lock:
             for at in range(0, len(view), SLOT):
@@ -88,12 +93,12 @@ class WorkerBoard:
                     view[at + PID] = os.getpid()
                     self._at = at
                     return
+        raise PackError(f"worker process {os.getpid()}: no free slot on a board of {len(view) // SLOT} workers")
 
     def start(self, task: int) -> None:
         """Say that this worker starts task number `task` (its first sample not yet)."""
-        if self._at is not None:
-            self._view[self._at + POSITION] = -1
-            self._view[self._at + TASK] = task
+        self._view[self._at + POSITION] = -1
+        self._view[self._at + TASK] = task
 
     def sample_marker(self):
         """`mark(position)`: say that this worker is on the sample at `position` of its task (called per sample)."""
@@ -106,15 +111,13 @@ class WorkerBoard:
     def user_code(self, since: int) -> None:
         """Say that this worker runs user code since `since` (time.monotonic_ns(), the same clock in every process on
         Linux), or 0: it returned."""
-        if self._at is not None:
-            self._view[self._at + SINCE] = since
+        self._view[self._at + SINCE] = since
 
     def add(self, samples: int, nbytes: int) -> None:
         """Add to this worker's progress: `samples` samples of `nbytes` payload bytes handled."""
-        if self._at is not None:
-            view, at = self._view, self._at
-            view[at + SAMPLES] += samples
-            view[at + BYTES] += nbytes
+        view, at = self._view, self._at
+        view[at + SAMPLES] += samples
+        view[at + BYTES] += nbytes
 
     def progress(self) -> tuple:
         """(samples, bytes) that all the workers reported so far (in the parent)."""

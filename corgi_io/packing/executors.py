@@ -141,7 +141,8 @@ class LocalExecutor:
             raise self._died(broken) from None
 
     def _run_pooled(self, function, tasks, progress):
-        tasks, pending, relayed = zip(self._numbers, tasks), {}, [0, 0]
+        # the board's totals grow for the life of the pool (a --dedup hash pass ran before): relay only this run's
+        tasks, pending, relayed = zip(self._numbers, tasks), {}, list(self._board.progress())
         while True:
             while len(pending) < self.workers * TASKS_AHEAD and (item := next(tasks, None)) is not None:
                 pending[self._pool.submit(_run_watched, function, item[1], item[0])] = item[0]
@@ -196,12 +197,16 @@ class LocalExecutor:
         return PackError(f"{self._sample_of(pid)}: worker process {pid} {why}; {RESUME_HINT}")
 
     def _sample_of(self, pid: int) -> str:
-        """What worker `pid` was on, by its task: the sample it marked, else the task's path."""
+        """What worker `pid` was on, by its task: the sample it marked, else (none marked, or naming it failed: a
+        ShardTask reads its table) the task's path.  Runs while the pool's error is raised: it must not raise."""
         _, number, position = self._board.entries().get(pid, (0, -1, -1))
         task = self._running.get(number)
         if task is None:
             return "a task"
-        return task.sample_at(position) if position >= 0 else task.path
+        try:
+            return task.sample_at(position) if position >= 0 else task.path
+        except Exception:  # any failure to name the sample (its table unreadable) falls back to the task's path
+            return task.path
 
 
 def _culprit(processes: list, broken: BrokenProcessPool) -> tuple:

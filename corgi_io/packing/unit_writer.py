@@ -52,7 +52,8 @@ class UnitTask:
 
     def sample_at(self, position: int) -> str:
         """The unit's sample at `position` of its stream (from 0), for messages (the executor names a dead worker's
-        sample).  By number, not key: the key would mean reading the unit again, in the driver."""
+        sample: the one it was reading or packing, marked before it is read).  By number, not key: the key would mean
+        reading the unit again, in the driver."""
         return f"sample #{position} of {self.path}"
 
 
@@ -63,11 +64,13 @@ def write_unit(task: UnitTask) -> UnitDone:
         with naming(task.output):
             samples = read_unit(task.unit, strict=task.strict, on_skip=writer.reader_skipped, **task.read_options)
             mark = executors.sample_marker()
+            mark(0)  # the sample about to be read: a worker that dies inside the reader (pyarrow, an OOM) names it
             for count, sample in enumerate(samples, 1):
-                mark(count - 1)
                 writer.add(sample, duplicate=writer.duplicates is not None and writer.duplicates[count - 1])
+                mark(count)
                 if count % REPORT_EVERY == 0:
                     executors.report(*writer.progress())
+            mark(-1)  # all read: a worker that dies sealing the shards names the unit
             done = writer.finish()
             executors.report(*writer.progress())
             return done

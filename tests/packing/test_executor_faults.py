@@ -128,3 +128,93 @@ def test_the_output_rules_a_shard_task_carries_hold_no_pack_options():
     rules = OutputRules.of(PackOptions(image_max_side=64, image_format="jpeg", max_pixels=1000))
     assert b"PackOptions" not in pickle.dumps(rules)
     assert (rules.image_format, rules.max_pixels) == ("jpeg", 1000)
+
+
+# --- issue 28 review of the pack executors: progress across runs, the sample a reader dies on, a crash line that
+# cannot itself fail, the board's slots -------------------------------------------------------------------------
+
+
+def counted(job: Job):
+    """One sample of 10 bytes reported per task."""
+    from corgi_io.packing.executors import report
+
+    report(1, 10)
+    return job.path
+
+
+@pytest.mark.slow
+def test_a_second_run_on_one_pool_relays_only_its_own_progress():
+    """A --dedup hash pass, then the write phase, on one pool: the board's totals hold both."""
+    with LocalExecutor(2) as executor:
+        runs = []
+        for _ in range(2):
+            heard = []
+            list(executor.run(counted, [Job(f"{i}.txt") for i in range(25)], lambda *counts: heard.append(counts)))
+            runs.append(tuple(map(sum, zip(*heard))))
+    assert runs == [(25, 250), (25, 250)]
+
+
+@dataclass(frozen=True)
+class Unnameable:
+    """A task whose sample cannot be named: the table ShardTask.sample_at reads is gone or garbled."""
+
+    path: str
+    error: str
+
+    def sample_at(self, position: int) -> str:
+        if self.error == "OSError":
+            raise OSError(5, "Input/output error")
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+
+def dies_on_its_first_sample(task):
+    from corgi_io.packing.executors import sample_marker
+
+    sample_marker()(0)
+    os._exit(3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("error", ["OSError", "UnicodeDecodeError"])
+def test_a_dead_worker_whose_sample_cannot_be_named_is_named_by_its_task_in_one_line(error):
+    with LocalExecutor(1, isolate=True) as executor, pytest.raises(PackError) as raised:
+        list(executor.run(dies_on_its_first_sample, [Unnameable("table-of-shard-7", error)], None))
+    message = str(raised.value)
+    assert message.startswith("table-of-shard-7: worker process ") and "exited with code 3" in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_inside_the_reader_names_the_sample_being_read(tmp_path, monkeypatch):
+    """The reader (pyarrow, a tar) dies decoding sample #2 of a unit (an OOM kill, a segfault): that sample is
+    named, not #1, the last one it finished.  The death is injected into the real reader's stream in the workers
+    (forked after the patch); the driver never dies."""
+    from corgi_io.packing import PackOptions, pack, unit_writer
+    from helpers.source_shards import write_tars
+
+    write_tars(tmp_path / "src", tars=1, per_tar=6)
+    driver, real = os.getpid(), unit_writer.read_unit
+
+    def dies_reading_the_third(unit, **options):
+        for number, sample in enumerate(real(unit, **options)):
+            if number == 2 and os.getpid() != driver:
+                os._exit(9)
+            yield sample
+
+    monkeypatch.setattr(unit_writer, "read_unit", dies_reading_the_third)
+    with pytest.raises(PackError) as raised:
+        pack(tmp_path / "src", tmp_path / "out", PackOptions(), workers=2, progress=False)
+    message = str(raised.value)
+    assert message.startswith("sample #2 of ") and "part-000.tar" in message and "exited with code 9" in message, \
+        message
+
+
+def test_a_board_with_no_free_slot_refuses_a_claim():
+    import multiprocessing
+
+    from corgi_io.processes import WorkerBoard
+
+    board = WorkerBoard(1, multiprocessing.get_context("fork"))
+    board.claim()
+    with pytest.raises(PackError, match="no free slot on a board of 1 workers"):
+        board.claim()
