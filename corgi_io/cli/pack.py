@@ -134,7 +134,8 @@ def check_dask_address(ctx, param, value):
                    "remove fields; bytes-like values are taken as bytes) or None to drop the sample (a recorded "
                    "skip). An exception (sys.exit too), a field other than the sample's primary with a reserved name "
                    "(cls, data, ext, fields, index, key, kind, label, size, source; the primary may take any of them "
-                   "but cls) or one above --max-sample-bytes skips the sample, or fails the pack under --strict. MODULE must be importable by every worker; the map runs in worker "
+                   "but cls) or one above --max-sample-bytes skips the sample, or fails the pack under --strict. "
+                   "MODULE must be importable by every worker; the map runs in worker "
                    "processes even with --workers 1, so that one that crashes is named. Runs before "
                    "--image-max-side and --tokenizer.")
 @click.option("--map-timeout", type=click.FloatRange(min=0), default=DEFAULT_MAP_TIMEOUT, metavar="SECONDS",

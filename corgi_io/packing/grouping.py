@@ -42,9 +42,10 @@ def not_regular_reason(mode: int) -> str:
     return f"not a regular file ({what})"
 
 
-def too_large_reason(nbytes: int, most: int) -> str:
-    """Why a file or field of `nbytes` bytes is not packed when samples may have at most `most`."""
-    return f"{nbytes:,} bytes, above the limit of {most:,} (--max-sample-bytes)"
+def too_large_reason(nbytes: int, most: int, limit_name: str = "--max-sample-bytes") -> str:
+    """Why a file or field of `nbytes` bytes is not packed when it may have at most `most` (`limit_name`: the option
+    that sets that limit)."""
+    return f"{nbytes:,} bytes, above the limit of {most:,} ({limit_name})"
 
 
 def empty_corpus(source, skipped: list) -> CorpusError:
@@ -60,11 +61,11 @@ def reserved_reason(name: str) -> str:
 
 
 def unusable_extra(name: str) -> str | None:
-    """Why a field read from SOURCE, other than its sample's primary, is left out of its sample: a reserved name; None
-    when it is packed.  The one rule of both pipelines (the folder walk: `SampleGrouper`; shards and tables:
-    `sample_rules.SampleRules`): the field is a skip record, its sample is packed without it.  A field with a reserved
-    name that --map returns skips the whole sample instead (`sample_rules.check_fields`): the user's code is wrong."""
-    return reserved_reason(name) if name in RESERVED_NAMES else None
+    """The reason of the skip record of a field read from SOURCE, other than its sample's primary, that is left out of
+    its sample (a reserved name); None when it is packed.  The one rule, and text, of both pipelines (the folder walk:
+    `SampleGrouper`; shards and tables: `sample_rules.SampleRules`): its sample is packed without it.  A field with a
+    reserved name that --map returns skips the whole sample instead (`sample_rules.check_fields`): the code is wrong."""
+    return f"{reserved_reason(name)}: left out, the sample packed without it" if name in RESERVED_NAMES else None
 
 
 class SampleGrouper:
@@ -185,12 +186,11 @@ class SampleGrouper:
             try:
                 reason = unusable_extra(check_field_name(field))
             except BadInput as exc:
-                reason = str(exc)
+                reason = f"cannot be a field of sample '{printable(stem)}': {exc}"
             if reason is None:
                 usable.append((entry, field))
             else:
-                self.skip(printable(entry.raw), f"cannot be a field of sample '{printable(stem)}': {reason}",
-                          line=entry.line)
+                self.skip(printable(entry.raw), reason, line=entry.line)
         return usable
 
     def _stat(self, entry):

@@ -3,11 +3,12 @@
 In order: ``--require`` (a sample without a required field is left out), the primary field
 (``--primary``, else the first field of ``--kind``, else the first image, video or text field),
 a field other than the primary with a reserved name left out (`grouping.unusable_extra`, the folder
-walk's rule too: a skip record, the sample kept), ``--max-sample-bytes`` on every field, the primary field's size (pixels,
-frames, tokens; ``--max-pixels``), the pack-time transforms, and the ``--min-size``/``--max-size``
-filter on the final size.  A sample left out by a rule (--require, --primary, --kind, a transform's
-Drop, the size filter) is a skip record, never fatal; a bad one (a reserved field, a field too
-large, a primary field that does not decode, a transform's BadInput) is a skip record too, or a
+walk's rule too: a skip record, the sample kept, even under strict), ``--max-sample-bytes`` on every
+field, the primary field's size (pixels, frames, tokens; ``--max-pixels``), the pack-time transforms,
+and the ``--min-size``/``--max-size`` filter on the final size.  A sample left out by a rule
+(--require, --primary, --kind, a transform's Drop, the size filter) is a skip record, never fatal; a
+bad one (a primary named ``cls``, a field too large, a primary field that does not decode, a
+transform's BadInput, a reserved field in what the transforms return) is a skip record too, or a
 PackError under strict.  The folder walk applies the input rules in `grouping.py` and `encode.py`,
 where they can act on a file before it is read.
 
@@ -181,4 +182,4 @@ def _usable_fields(fields: dict, primary: str) -> tuple:
     if not reasons:
         return fields, []
     kept = {name: value for name, value in fields.items() if name not in reasons}
-    return kept, [{"reason": f"{reason}: left out, the sample packed without it"} for reason in reasons.values()]
+    return kept, [{"reason": reason} for reason in reasons.values()]
