@@ -19,6 +19,16 @@ import resource, subprocess, sys
 run = subprocess.run([sys.executable, "-c", sys.argv[1], "pack", *sys.argv[2:]], capture_output=True, text=True)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, run.returncode, run.stderr.replace("\\n", " | "))
 """
+_GROWTH_OF_A_READ = """
+import ast, resource, sys
+import pyarrow.parquet
+from corgi_io.packing.sources import Unit, parquet, read_unit
+path, rows, parquet.BATCH_BYTES, limits = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), ast.literal_eval(sys.argv[4])
+skips, before = [], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+count = sum(1 for _ in read_unit(Unit("parquet", path, 0, 0, rows), columns={"txt": "txt"}, on_skip=skips.append,
+                                 **limits))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, count, " | ".join(skips))
+"""
 
 
 def bomb(path, cell_bytes: int, claimed: int | None = None) -> str:
@@ -26,12 +36,27 @@ def bomb(path, cell_bytes: int, claimed: int | None = None) -> str:
     the test's); with `claimed`, its footer says the column chunk (and row group) is that many bytes uncompressed."""
     subprocess.run([sys.executable, "-c", BOMB, str(path), str(cell_bytes)], check=True)
     if claimed is not None:
-        import pyarrow.parquet as pq
-
-        real = pq.ParquetFile(path).metadata.row_group(0).column(0).total_uncompressed_size
-        assert _understate(path, real, claimed) == 2  # the column chunk's size and the row group's
-        assert pq.ParquetFile(path).metadata.row_group(0).column(0).total_uncompressed_size == claimed
+        understate(path, claimed)
     return str(path)
+
+
+def understate(path, claimed: int) -> None:
+    """Make the footer of the one-column, one-row-group Parquet file at `path` say its column chunk (and row group)
+    is `claimed` bytes uncompressed."""
+    import pyarrow.parquet as pq
+
+    real = pq.ParquetFile(path).metadata.row_group(0).column(0).total_uncompressed_size
+    assert _understate(path, real, claimed) == 2  # the column chunk's size and the row group's
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).total_uncompressed_size == claimed
+
+
+def read_growth(path, rows: int, batch_bytes: int, **limits) -> tuple:
+    """(the bytes the peak RSS grew by, the samples read, the skip messages) of reading row group 0 (`rows` rows)
+    of the Parquet file at `path`, column txt, with parquet.BATCH_BYTES set to `batch_bytes`, in a subprocess."""
+    run = subprocess.run([sys.executable, "-c", _GROWTH_OF_A_READ, str(path), str(rows), str(batch_bytes),
+                          repr(limits)], capture_output=True, text=True, check=True)
+    growth, count, skips = run.stdout.split(" ", 2)
+    return int(growth), int(count), skips.strip()
 
 
 def pack_peak(source, out) -> tuple:

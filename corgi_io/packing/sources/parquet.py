@@ -8,13 +8,17 @@ leaves that field out of its row.  Without ``key`` a row's key is ``<file stem>/
 
 `units` reads only each file's footer.  `read` reads one row group (`iter_batches` over that
 group alone, only the mapped columns' leaves), never a whole file, in batches of at most
-`batch_rows` rows and, by the footer's uncompressed sizes, about `BATCH_BYTES`; pyarrow reads each
+`batch_rows` rows and of at most `BATCH_BYTES` decoded (see `_batch_rows`); pyarrow reads each
 column chunk through a `READ_BUFFER` buffer, not whole.  Memory is bounded before anything is
-decompressed.  The footer's sizes only size batches: pyarrow decompresses a page whole, into as many
-bytes as the page's own header says, so the page headers (`parquet_pages`) of every compressed
-mapped column chunk are read first.  A row group is skipped when its mapped columns hold more than
+decompressed, and the footer's sizes are not trusted: pyarrow decompresses a page whole, into as many
+bytes as the page's own header says, so the page headers (`parquet_pages`) of every mapped column
+chunk are read first, and batches are sized from them.  A dictionary page counts once in the pages
+held, and once in every row of a batch: pyarrow copies a value into each row that points to it (a
+2.5 KB file of one 64 MiB value and 256 rows pointing to it made a 16 GiB batch).  A row group is skipped when its mapped columns hold more than
 `max_row_group_bytes` compressed; when a page's values average more than `max_cell_bytes` (one at
-least is a cell the pack would refuse: a 49 KB file of one 1.5 GiB cell of zeros is one page); or
+least is a cell the pack would refuse: a 49 KB file of one 1.5 GiB cell of zeros is one page; a
+dictionary page of one value above the limit too, but not one above it of many smaller values, whose
+size only shrinks batches, down to one row); or
 when the pages read at once (each mapped column's dictionary page and largest data page) take more
 than `max_row_group_bytes` uncompressed, whatever the values a header claims.  These, and a row
 group whose schema lacks a mapped column or holds it with another type, are one line naming the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import posixpath
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
 from corgi_io.packing.regular_files import DEFAULT_MAX_SAMPLE_BYTES
@@ -34,7 +39,7 @@ from corgi_io.packing.sources.parquet_pages import pages
 
 SUFFIXES = (".parquet",)
 BATCH_ROWS = 256
-BATCH_BYTES = 64 << 20  # uncompressed bytes of the mapped columns a batch aims at (by the footer's averages)
+BATCH_BYTES = 64 << 20  # the most bytes of the mapped columns a batch holds decoded (by the page headers)
 READ_BUFFER = 1 << 20  # pyarrow reads a column chunk through a buffer this large, not whole
 MAX_ROW_GROUP_BYTES = 1 << 31  # a row group's mapped columns compressed, and their pages held at once uncompressed
 CELL_OVERHEAD = 64  # bytes a page may spend on each value beside the value (its length, its levels)
@@ -65,11 +70,12 @@ def read(unit: Unit, *, columns: dict, strict: bool = False, on_skip=None, batch
     with _opened(unit.path) as (file, raw):
         group = file.metadata.row_group(unit.part)
         chunks = _mapped_chunks(group, leaves)
-        problem = (_schema_problem(file.schema_arrow, columns) or _size_problem(chunks, max_row_group_bytes)
-                   or _page_problem(raw, chunks, max_cell_bytes, max_row_group_bytes))
+        problem, sizes = _schema_problem(file.schema_arrow, columns) or _size_problem(chunks, max_row_group_bytes), []
+        if problem is None:
+            problem, sizes = _page_problem(raw, chunks, max_cell_bytes, max_row_group_bytes)
         if problem is not None:
             return skip_or_raise(f"{where}: {problem}", strict, on_skip)
-        row, size = unit.first_row, _batch_rows(group.num_rows, chunks, batch_rows)
+        row, size = unit.first_row, _batch_rows(sizes, batch_rows)
         for batch in file.iter_batches(batch_size=size, row_groups=[unit.part], columns=leaves):
             values = {name: _values(batch, path) for name, path in columns.items()}
             for i in range(batch.num_rows):
@@ -126,33 +132,41 @@ def _size_problem(chunks: list, limit: int) -> str | None:
     return None
 
 
-def _page_problem(raw, chunks: list, most: int, budget: int) -> str | None:
-    """What in the page headers of the compressed column chunks `chunks` (in binary file `raw`) would take more
-    memory to decompress than `budget` bytes, or surely holds a cell above `most` bytes (see the module), or None.
-    An uncompressed chunk is not walked: pyarrow holds its pages as read, within the compressed size checked."""
-    held = 0  # uncompressed bytes of the pages of the chunks before, read beside this chunk's
+def _page_problem(raw, chunks: list, most: int, budget: int) -> tuple:
+    """(what in the page headers of column chunks `chunks` (in binary file `raw`) would take more memory to
+    decompress than `budget` bytes, or surely holds a cell above `most` bytes (see the module), or None; the
+    _Sizes of the chunks walked).  Every chunk is walked, compressed or not: its header sizes batches."""
+    held, found = 0, []  # uncompressed bytes of the pages of the chunks before, read beside this chunk's
     for chunk in chunks:
-        if chunk.compression == "UNCOMPRESSED":
-            continue
         where = f"column {chunk.path_in_schema!r}"
         try:
-            largest, mine = _chunk_pages(raw, chunk, most)
+            sizes = _chunk_pages(raw, chunk, most)
         except ValueError as exc:
-            return f"{where}: {exc}"
-        held += mine
+            return f"{where}: {exc}", found
+        held += sizes.dictionary + sizes.widest
         if held > budget:
-            return (f"{where}: the page at byte offset {largest.offset} is {largest.uncompressed:,} bytes "
-                    f"uncompressed, {held:,} with the pages read beside it, above max_row_group_bytes={budget}; "
-                    f"not decompressed")
-    return None
+            return (f"{where}: the page at byte offset {sizes.largest.offset} is {sizes.largest.uncompressed:,} "
+                    f"bytes uncompressed, {held:,} with the pages read beside it, above "
+                    f"max_row_group_bytes={budget}; not decompressed"), found
+        found.append(sizes)
+    return None, found
 
 
-def _chunk_pages(raw, chunk, most: int) -> tuple:
-    """(the largest page of column chunk `chunk`, the uncompressed bytes of its pages held at once: its dictionary
-    page and its largest data page), from their headers; ValueError for a header that does not parse, or naming a
-    page whose values average above `most` bytes."""
+class _Sizes(NamedTuple):
+    """What the page headers of one column chunk say it takes, in bytes."""
+
+    largest: object   # its largest page (a parquet_pages.Page)
+    dictionary: int   # its dictionary page uncompressed: held while the chunk is read, and the most one row's
+    #                   dictionary-encoded value can take (pyarrow copies the value into every row that points to it)
+    widest: int       # its largest data page uncompressed: held while it is read, and the most one row's value takes
+    data: int         # all its data pages uncompressed (an uncompressed page: its stored bytes, if more)
+
+
+def _chunk_pages(raw, chunk, most: int) -> _Sizes:
+    """The _Sizes of column chunk `chunk`, from its page headers; ValueError for a header that does not parse, or
+    naming a page whose values average above `most` bytes."""
     starts = [offset for offset in (chunk.dictionary_page_offset, chunk.data_page_offset) if offset]
-    largest, dictionary, data = None, 0, 0
+    largest, dictionary, widest, data = None, 0, 0, 0
     for page in pages(raw, min(starts, default=0), chunk.total_compressed_size):
         if page.uncompressed > max(page.values, 1) * (most + CELL_OVERHEAD):
             raise ValueError(f"the page at byte offset {page.offset} holds {page.values} value(s) in "
@@ -163,15 +177,26 @@ def _chunk_pages(raw, chunk, most: int) -> tuple:
         if page.dictionary:
             dictionary += page.uncompressed
         else:
-            data = max(data, page.uncompressed)
-    return largest, dictionary + data
+            widest = max(widest, page.uncompressed, page.stored)
+            data += max(page.uncompressed, page.stored)
+    return _Sizes(largest, dictionary, widest, data)
 
 
-def _batch_rows(rows: int, chunks: list, most: int) -> int:
-    """Rows a batch of the row group reads: at most `most`, and about BATCH_BYTES of the mapped columns by the
-    footer's uncompressed sizes (at least one row)."""
-    size = sum(chunk.total_uncompressed_size for chunk in chunks)
-    return max(1, min(most, BATCH_BYTES * rows // max(size, 1)))
+def _batch_rows(sizes: list, most: int) -> int:
+    """Rows a batch of the row group reads: at most `most`, and as many as surely take at most BATCH_BYTES of the
+    mapped columns by their page headers (at least one row).  A value lies in one data page, so r rows of a chunk
+    take at most r * the larger of its largest data page and its dictionary (a dictionary value is copied into
+    each row that points to it), and at most all its data pages + r * its dictionary; the footer's sizes,
+    untrusted, are not used (see the module)."""
+    def most_bytes(rows: int) -> int:
+        return sum(min(rows * max(chunk.widest, chunk.dictionary), chunk.data + rows * chunk.dictionary)
+                   for chunk in sizes)
+
+    low, high = 1, max(most, 1)
+    while low < high:  # the most rows within BATCH_BYTES: most_bytes grows with rows
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if most_bytes(middle) <= BATCH_BYTES else (low, middle - 1)
+    return low
 
 
 def _column_type(schema, path: str):

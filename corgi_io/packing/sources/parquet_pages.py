@@ -31,6 +31,7 @@ class Page(NamedTuple):
     uncompressed: int   # bytes once decompressed (what pyarrow allocates for it)
     values: int         # values it holds (nulls included); 0 for an index page
     dictionary: bool    # a dictionary page
+    stored: int         # bytes in the file (compressed); an uncompressed page's values take these, whatever it claims
 
 
 def pages(file, start: int, length: int):
@@ -45,7 +46,7 @@ def pages(file, start: int, length: int):
             raise ValueError(f"byte offset {position}: a page header without its sizes")
         counts = [header[field].get(1) for field in VALUE_HEADERS if isinstance(header.get(field), dict)]
         yield Page(position, uncompressed, counts[0] if counts and isinstance(counts[0], int) else 0,
-                   header.get(1) == DICTIONARY_PAGE)
+                   header.get(1) == DICTIONARY_PAGE, compressed)
         position += header_bytes + compressed
     if position != end:
         raise ValueError(f"byte offset {end}: a page runs {position - end} bytes past the end of its column chunk")
