@@ -16,16 +16,16 @@ chunk are read first, and batches are sized from them.  A dictionary page counts
 held, and once in every row of a batch: pyarrow copies a value into each row that points to it (a
 2.5 KB file of one 64 MiB value and 256 rows pointing to it made a 16 GiB batch).
 
-A row group is skipped when its mapped columns hold more than `max_row_group_bytes` compressed;
-when a page's values average more than `max_cell_bytes` (one at least is a cell the pack would
-refuse: a 49 KB file of one 1.5 GiB cell of zeros is one page; so is a dictionary page of one value
-above the limit, but not one larger than the limit that holds many smaller values: its size only
-shrinks batches, down to one row, as one row holds at most one value of it); or when the pages read at once (each mapped column's dictionary page and largest data page) take more
-than `max_row_group_bytes` uncompressed, whatever the values a header claims.  These, and a row
-group whose schema lacks a mapped column or holds it with another type, are one line naming the
-file, row group and column, and the page's byte offset where a page is the cause (skipped; BadInput
-under `strict`); a row that breaks a rule (a bad key or label, no field left) is one line naming
-its row.
+A row group is skipped when its mapped columns hold more than `max_row_group_bytes` compressed; when a
+page's values average more than `max_cell_bytes` (one at least is a cell the pack would refuse: a 49 KB
+file of one 1.5 GiB cell of zeros is one page; so is a dictionary page of one value above the limit, but
+not one larger than the limit that holds many smaller values: its size only shrinks batches, down to one
+row, as one row holds at most one value of it); or when the pages read at once (each mapped column's
+dictionary page and largest data page) take more than `max_row_group_bytes` uncompressed, whatever the
+values a header claims. These, and a row group whose schema lacks a mapped column or holds it with
+another type, are one line naming the file, row group and column, and the page's byte offset where a
+page is the cause (skipped; BadInput under `strict`); a row that breaks a rule (a bad key or label, no
+field left) is one line naming its row.
 """
 from __future__ import annotations
 
