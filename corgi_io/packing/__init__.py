@@ -3,7 +3,7 @@
 `pack` and `PackOptions` are the public face (also exported by `corgi_io`).  One job per module:
 
 * walk.py, grouping.py, corpus.py, keys.py, spool.py - streaming SOURCE into compact numpy columns of samples, unique keys;
-* sizing.py - size probes; layout.py and plan.py - pure planning (order, blocks, shards, todo);
+* sizing.py - size probes; layout.py and pack_plan.py - pure planning (order, blocks, shards, todo);
 * table.py - the samples in pack order, which the tasks read; encode.py, shard_file.py, records.py -
   the task that writes one whole shard and its record;
 * sample.py - the pack-time sample (key, label, fields); user_code.py - a user's MODULE:FUNCTION;
@@ -15,6 +15,6 @@
   one progress line; columns.py - the manifest's columns, one at a time; pipeline.py - `pack`.
 """
 from corgi_io.packing.pipeline import pack
-from corgi_io.packing.plan import PackOptions
+from corgi_io.packing.pack_plan import PackOptions
 
 __all__ = ["PackOptions", "pack"]

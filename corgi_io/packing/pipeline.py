@@ -3,7 +3,7 @@
 0. OUTPUT is checked (not a file, not in SOURCE), created and locked for the whole run (locks.py),
    so that a second run into it stops before it touches anything.
 1. The walk streams SOURCE into compact columns (corpus.py), names spooled to an unnamed file.
-2. The plan (plan.py, pure) orders the files and cuts blocks and shards; shards finished by an
+2. The plan (pack_plan.py, pure) orders the files and cuts blocks and shards; shards finished by an
    earlier run (their records in ``OUTPUT/.corgi-partial/``) are taken out of it.
 3. The driver writes the samples in pack order to a table in the partial folder (table.py) and
    lets go of the corpus; each shard still to write becomes a `ShardTask` of a few numbers.
@@ -43,7 +43,7 @@ from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, ru
 from corgi_io.packing.executors import RESUME_HINT, open_executor
 from corgi_io.packing.field_masks import check_field_count, pack_names
 from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial
-from corgi_io.packing.plan import PackOptions, PackPlan, make_plan
+from corgi_io.packing.pack_plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress import PackProgress
 from corgi_io.packing.records import load_finished, record_path
 from corgi_io.packing.user_code import load_function

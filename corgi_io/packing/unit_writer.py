@@ -22,7 +22,7 @@ from corgi_io.manifest import DUPLICATE_REASON
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.packing import executors
 from corgi_io.packing.dedup_pass import duplicate_mask
-from corgi_io.packing.plan import PackOptions
+from corgi_io.packing.pack_plan import PackOptions
 from corgi_io.packing.sample_rules import SampleRules
 from corgi_io.packing.shard_file import ShardFile, naming
 from corgi_io.packing.sources import Unit, read_unit

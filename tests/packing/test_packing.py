@@ -20,7 +20,7 @@ from corgi_io.manifest import open_manifest
 from corgi_io.packing import keys as key_rules
 from corgi_io.packing.corpus import discover
 from corgi_io.packing.executors import LocalExecutor, report
-from corgi_io.packing.plan import PackOptions, make_plan
+from corgi_io.packing.pack_plan import PackOptions, make_plan
 from corgi_io.packing.spool import SpooledColumn, SpooledStrings
 from corgi_io.packing.table import Table, gather_column, gather_keys, read_rows, write_table
 from helpers.corpus_factory import write_listing, write_text
@@ -33,7 +33,7 @@ def test_pack_is_a_function_and_no_submodule_hides_behind_it():
     assert inspect.isfunction(corgi_io.pack) and corgi_io.pack is corgi_io.packing.pack
     assert corgi_io.PackOptions is corgi_io.packing.PackOptions
     assert not (Path(corgi_io.__file__).parent / "pack.py").exists()
-    for name in ("corpus", "plan", "encode", "executors", "pipeline", "table", "output"):
+    for name in ("corpus", "pack_plan", "encode", "executors", "pipeline", "table", "output"):
         assert inspect.ismodule(importlib.import_module(f"corgi_io.packing.{name}"))
     proc = subprocess.run([sys.executable, "-c", "import corgi_io.packing.pipeline as m, inspect; "
                            "assert inspect.ismodule(m), m"], capture_output=True, text=True)
