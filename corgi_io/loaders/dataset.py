@@ -29,7 +29,7 @@ from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
-from corgi_io.loaders.progress import Progress
+from corgi_io.loaders.resume_point import ResumePoint
 from corgi_io.loaders.rows import check_token_pack, row_items, row_spec
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
@@ -135,7 +135,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
-        self._progress = Progress()      # this process's place in its epoch, in the planner's units
+        self._resume_point = ResumePoint()  # this process's place in its epoch, in the planner's units
 
     def _open(self, source, partitions, weights, samples_per_epoch):
         """The pack (`OnePack`), or for a mapping of sources the blend (`PackBlend`), checked before any read."""
@@ -232,7 +232,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict:
         """This process's progress through the epoch as small JSON data (StatefulDataLoader collects it per worker)."""
-        return self._progress.state(self._identity, self.epoch, self.world_size)
+        return self._resume_point.state(self._identity, self.epoch, self.world_size)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from a state saved by `state_dict`, or from a whole `StatefulDataLoader.state_dict()` of any one rank.
@@ -245,7 +245,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         merged = merge_states(find_states(state), self._identity)
         if merged["world_size"] != self.world_size and self.block_owner is not None:
             raise ResumeError("partitions= pins shards to ranks: resume it with the same world size")
-        self._progress.loaded, self.epoch = merged, merged["epoch"]
+        self._resume_point.loaded, self.epoch = merged, merged["epoch"]
 
     def __iter__(self):
         """This worker's samples of the epoch, its collated batches with `batch_size` or `batch_budget`, or its rows
@@ -253,7 +253,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         # Eagerly, before the first item: a persistent worker's state is saved as soon as its new iteration is
         # made (StatefulDataLoader), and must already be that epoch's start, not the end of the last one.
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
-        self._progress.begin()
+        self._resume_point.begin()
         spec = self.spec  # progress counts samples: a batch boundary when a batch is out
         if spec.rows is not None:
             return self._rows()
@@ -282,7 +282,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         worker, num_workers = worker_and_count()
         planner = self.planner
         reader = self.last_reader = self.packs.reader(planner)
-        plan = self._progress.start(planner, self.rank, worker, num_workers)
+        plan = self._resume_point.start(planner, self.rank, worker, num_workers)
         if batch_sizes is not None:
             batch_sizes.extend(len(order) for _, order in plan)
         readers = self.packs.piece_readers(reader)
@@ -302,7 +302,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.packs.locate,
                                  f"rank {self.rank} worker {worker}")
         for sample in reader.samples(plan):
-            self._progress.yielded += 1
+            self._resume_point.yielded += 1
             yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
         prepare.finish()
 
@@ -313,14 +313,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         allocate = shared_buffer if torch.utils.data.get_worker_info() is not None else None
         images = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # None, or an ImageDecoder on a device
         for rows in reader.batches(plan, self.spec.batch_size, allocate):
-            self._progress.yielded += len(rows.offsets) - 1
+            self._resume_point.yielded += len(rows.offsets) - 1
             yield row_batch(rows, images)
 
     def _rows(self):
         """This worker's rows of tokens (`pack_length`), or batches of rows, counted in rows for resume."""
         reader, ranges, _ = self._start()  # a row planner's plan is the worker's row ranges
         for item in row_items(reader, self.planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
-            self._progress.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
+            self._resume_point.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
             yield item
 
 

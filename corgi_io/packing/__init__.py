@@ -11,7 +11,7 @@
 * sources/ - readers of existing tars, TFRecords, Parquet and JSONL, one unit at a time; unit_pipeline.py,
   unit_writer.py, unit_records.py, unit_manifest.py, sample_rules.py - packing them, a task per unit;
 * transforms/ - resize, tokenise, map, filters, dedup on samples; dedup_pass.py - --dedup's hashing pass;
-* executors.py - where tasks run (on `corgi_io.processes` or Dask); output.py - OUTPUT's states; progress.py - the
+* executors.py - where tasks run (on `corgi_io.processes` or Dask); output.py - OUTPUT's states; progress_bar.py - the
   one progress line; columns.py - the manifest's columns, one at a time; pipeline.py - `pack`.
 """
 from corgi_io.packing.pipeline import pack

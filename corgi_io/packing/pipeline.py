@@ -44,7 +44,7 @@ from corgi_io.packing.executors import RESUME_HINT, open_executor
 from corgi_io.packing.field_masks import check_field_count, pack_names
 from corgi_io.packing.output import check_output, claim_output, finish_output, open_output, open_partial
 from corgi_io.packing.pack_plan import PackOptions, PackPlan, make_plan
-from corgi_io.packing.progress import PackProgress
+from corgi_io.packing.progress_bar import PackProgress
 from corgi_io.packing.records import load_finished, record_path
 from corgi_io.packing.user_code import load_function
 from corgi_io.packing.sources import SOURCE_MODULES, source_form

@@ -3,7 +3,7 @@
 Every planner subclasses the Protocol it implements, so the declaration is visible and a new
 member is a test failure until each planner has it (tests/schedule/test_planner_protocol.py):
 
-    Planner         what `CorgiPileDataset` and its `Progress` use: RowPlanner (token rows)
+    Planner         what `CorgiPileDataset` and its `ResumePoint` use: RowPlanner (token rows)
     SamplePlanner   a Planner whose units are samples of a `table`, resumed by the arithmetic of
                     `corgi_io.schedule.resume`, which also needs `for_world` and `sequence`:
                     EpochPlanner, BlendPlanner, BudgetPlanner

@@ -97,7 +97,7 @@ def test_two_ranks_with_two_workers_each(texts, workers):
 
 
 def test_a_resumed_epoch_continues_as_the_per_sample_path_does(texts):
-    """Progress counts samples in both paths: a state saved after 3 batches resumes the same batches."""
+    """The resume point counts samples in both paths: a state saved after 3 batches resumes the same batches."""
     rest = []
     for ds, fresh in zip(both(texts, batch_size=8, seed=2), both(texts, batch_size=8, seed=2)):
         loader = StatefulDataLoader(ds, batch_size=None, num_workers=2)

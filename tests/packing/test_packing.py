@@ -185,7 +185,7 @@ def test_local_executor_raises_the_first_failure(workers):
 def test_one_progress_line_covers_every_phase(tmp_path, monkeypatch):
     for i in range(30):
         write_text(tmp_path / "src" / f"c{i % 2}" / f"t{i}.txt", 4, seed=i)
-    import corgi_io.packing.progress as progress_module
+    import corgi_io.packing.progress_bar as progress_module
 
     bars, stderr = [], io.StringIO()
     real_tqdm = progress_module.tqdm

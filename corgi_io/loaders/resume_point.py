@@ -1,6 +1,6 @@
 """Where a dataset stands in its epoch, for `state_dict` and `load_state_dict` (torchdata's StatefulDataLoader).
 
-Each process (the main one, or a DataLoader worker) saves its own progress: the epoch, the
+Each process (the main one, or a DataLoader worker) saves where it stands: the epoch, the
 finished resume segments, its world and worker count, and how many samples it has yielded.
 A loaded state waits for the iteration of its epoch; what resuming it means (which samples
 remain, for which worker) is the pure arithmetic of `corgi_io.schedule.resume`.
@@ -15,7 +15,7 @@ from corgi_io.schedule.planner import Planner
 from corgi_io.loaders.distributed import worker_and_count
 
 
-class Progress:
+class ResumePoint:
     """One process's place in its epoch, and a loaded state not yet resumed.
 
     The saved count is in the planner's units: samples (rows for token rows), or plan items (batches) for
