@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for editors and type checkers
     from corgi_io.schedule.budget_plan import BudgetPlanner
     from corgi_io.schedule.cost import fit_cost, keep_if_faster, slowest_time, unit_cost
     from corgi_io.schedule.epoch import EpochPlanner, loader_planner
+    from corgi_io.schedule.epoch_sequence import EpochSequence
     from corgi_io.schedule.modes import BALANCE_MODES, BALANCES, SHUFFLE_MODES, SHUFFLES
     from corgi_io.schedule.order import block_order, epoch_rng
     from corgi_io.schedule.partition import block_owners
@@ -40,7 +41,6 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for editors and type checkers
     from corgi_io.schedule.resume import (
         consumed_samples, find_states, merge_states, pack_fingerprint, remainder_pieces, remaining_pieces,
         resumed_plan, segment_consumed, skip_consumed, worker_state)
-    from corgi_io.schedule.sequence import EpochSequence
     from corgi_io.schedule.simulation import imbalance, rank_batches, simulate
     from corgi_io.schedule.spec import BlockTable, EpochSpec, samples_per_rank
     from corgi_io.schedule.stream import buffer_plan
@@ -89,7 +89,7 @@ _EXPORTS = {  # public name -> its module, imported on first use
     "segment_consumed": "resume",
     "skip_consumed": "resume",
     "worker_state": "resume",
-    "EpochSequence": "sequence",
+    "EpochSequence": "epoch_sequence",
     "imbalance": "simulation",
     "rank_batches": "simulation",
     "simulate": "simulation",

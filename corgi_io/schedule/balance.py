@@ -30,7 +30,7 @@ from corgi_io.schedule.cost import keep_if_faster
 from corgi_io.schedule.fill import fill
 from corgi_io.schedule.pieces import merge_adjacent, piece_counts
 from corgi_io.schedule.refine import refine
-from corgi_io.schedule.sequence import CountPlan
+from corgi_io.schedule.epoch_sequence import CountPlan
 from corgi_io.schedule.spec import BlockTable
 
 RESERVE = 2  # mean units of room per rank kept back from the deal for the fill
