@@ -20,7 +20,7 @@ import torch
 from corgi_io.errors import ArgumentError, ResumeError
 from corgi_io.schedule import find_states, merge_states
 
-from corgi_io.loaders.cache import cached_epoch
+from corgi_io.loaders.piece_cache import cached_epoch
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
@@ -78,7 +78,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     `cache_dir` (with `cache_limit`, bytes) keeps the pieces of a remote pack on local disk, checked when written
     and when read back, shared safely by the processes of a node; `cache_policy` "belady" (default) evicts the piece
     whose next use in this reader's known future (this epoch's rest, the next epoch) is furthest, "lru" the least
-    recently read (`corgi_io.loaders.cache`, docs/operations.md).  Local packs are never cached.
+    recently read (`corgi_io.loaders.piece_cache`, docs/operations.md).  Local packs are never cached.
 
     A blend reads several packs with weights: ``source={"laion": "s3://...", "cc12m": "/lustre/cc12m"}``,
     `weights` ({name: weight} or a list in the sources' order; default: each pack's samples) and

@@ -40,7 +40,7 @@ class LoaderSpec:
     verify_reads: bool
     max_pixels: int | None
     on_error: str
-    cache_dir: str | None  # remote pieces kept there (loaders/cache.py); None: no cache
+    cache_dir: str | None  # remote pieces kept there (loaders/piece_cache.py); None: no cache
     cache_limit: int | None  # bytes of pieces the cache holds, with cache_dir
     cache_policy: str  # a `schedule.eviction.EVICTIONS` name
     group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones

@@ -26,7 +26,7 @@ from corgi_io.schedule.blend import check_weights
 from corgi_io.schedule.blend_plan import blend_planner
 from corgi_io.storage import open_storage
 
-from corgi_io.loaders.cache import RemoteCache
+from corgi_io.loaders.piece_cache import RemoteCache
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.options import block_table
 

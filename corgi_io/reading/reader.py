@@ -70,7 +70,7 @@ class PieceReader:
     shard's size and every record's checksum are checked before any of its samples is yielded.
     `read_threads` fixes the reads in flight; by default the storage's `reads_in_flight` (first,
     most) applies, and `InFlight` grows the first towards the most while it pays.  With a `cache`
-    (`corgi_io.reading.cache.PieceCache`, for remote packs) every piece goes through it, and is
+    (`corgi_io.reading.piece_cache.PieceCache`, for remote packs) every piece goes through it, and is
     checked there, whatever `verify` says.  A `pool` (`corgi_io.reading.buffers.BufferPool`) gives `batches` reused
     buffers to read local pieces into.
     """

@@ -7,7 +7,7 @@ the piece's samples can be yielded:
   so a truncated, extended or swapped shard fails before its samples are used, without a
   metadata call per shard at start-up (at 100 TB in 512 MiB shards that would be ~190k stat
   or HEAD calls per rank); through a cache of remote pieces, the first *fetch* of each shard
-  (`corgi_io.reading.cache`): a piece served from the cache is the manifest's bytes by its
+  (`corgi_io.reading.piece_cache`): a piece served from the cache is the manifest's bytes by its
   checksums, so an epoch read wholly from the cache asks the server nothing;
 * every record's checksum is compared with the manifest's.  Version-2 checksums run through
   each block (see checksum.py), so a whole piece is checked with one CRC32C call that releases

@@ -16,9 +16,9 @@ import torch
 
 from corgi_io import CorruptDataError, PackOptions, open_manifest, pack
 from corgi_io.loaders import CorgiPileDataset
-from corgi_io.loaders.cache import FINGERPRINT_CHARS, RemoteCache
+from corgi_io.loaders.piece_cache import FINGERPRINT_CHARS, RemoteCache
 from corgi_io.reading import PieceReader
-from corgi_io.reading.cache import PieceCache
+from corgi_io.reading.piece_cache import PieceCache
 from corgi_io.reading.verify import PieceVerifier
 from corgi_io.schedule.eviction import CacheBook
 from corgi_io.storage.cache_folder import CacheFolder
