@@ -30,7 +30,7 @@ from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.options import LoaderSpec, block_table, check_options
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.resume_point import ResumePoint
-from corgi_io.loaders.rows import check_token_pack, row_items, row_spec
+from corgi_io.loaders.token_rows import check_token_pack, row_items, row_spec
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
 
@@ -98,7 +98,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     epoch's padding share.  Every rank yields `len(self)` items, every token once across ranks and workers.
     Resume is exact (rows counted per worker); another world size is a ResumeError.  Takes balance "count" or
     "size", shuffle "corgipile", "block" or "none"; refuses transform, group_by_size, drop_last, partitions,
-    cache_dir, blends and on_error="skip" (`corgi_io.loaders.rows`, docs/algorithms.md).
+    cache_dir, blends and on_error="skip" (`corgi_io.loaders.token_rows`, docs/algorithms.md).
     """
 
     def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,

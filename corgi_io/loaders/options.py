@@ -10,11 +10,11 @@ from corgi_io.arguments import check_at_least, check_callable, check_flag, check
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BALANCES, BATCH_COSTS, SHUFFLES, BatchBudget, BlockTable, BudgetPlanner, loader_planner
 from corgi_io.schedule.eviction import EVICTIONS
-from corgi_io.schedule.rows import RowPlanner
+from corgi_io.schedule.token_rows import RowPlanner
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.on_error import check_on_error
-from corgi_io.loaders.rows import check_row_options
+from corgi_io.loaders.token_rows import check_row_options
 
 COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0, True), ("batch_size", 1, True),
           ("read_threads", 1, True), ("max_pixels", 1, True),
@@ -46,7 +46,7 @@ class LoaderSpec:
     group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones
     batch_budget: int | None  # batches of cost <= this (schedule.budget), instead of batch_size
     batch_cost: str  # a `schedule.budget.BATCH_COSTS` name: what a batch costs against batch_budget
-    rows: object = None  # pack_length=: a `loaders.rows.RowSpec` (rows of tokens, batches of rows); None: samples
+    rows: object = None  # pack_length=: a `loaders.token_rows.RowSpec` (rows of tokens, batches of rows); None: samples
 
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None):
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options

@@ -1,4 +1,4 @@
-"""A buffer's pieces read as token ids, for sequence packing (`corgi_io.loaders.rows`).
+"""A buffer's pieces read as token ids, for sequence packing (`corgi_io.loaders.token_rows`).
 
 `TokenPieces.read` views each piece's bytes as the ids of its documents' ``tokens.npy`` payloads,
 their headers checked with numpy against the first one's, parsed once per piece (`npy_layout`); a

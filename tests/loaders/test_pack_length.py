@@ -197,7 +197,7 @@ def test_a_size_that_is_not_the_token_count_is_corrupt_data(packed, monkeypatch)
 @pytest.mark.parametrize("split, batch", [(True, 3), (False, 2), (False, None)])
 def test_items_do_not_depend_on_the_rows_built_at_once(packed, monkeypatch, split, batch):
     """Chunks of one item, of a few items and of the whole epoch give the same items (cu_seqlens, max_seqlen too)."""
-    from corgi_io.loaders import rows
+    from corgi_io.loaders import token_rows as rows
 
     def items(slots):
         monkeypatch.setattr(rows, "CHUNK_SLOTS", slots)
@@ -324,7 +324,7 @@ def test_npy_layout_leaves_other_arrays_to_the_slow_path(array):
 def test_a_chunk_holds_no_more_items_than_the_worker_has_rows(monkeypatch, batch, rows):
     """However large CHUNK_SLOTS is, a chunk is at most the worker's rows rounded up to whole items (at least
     one item): sized by CHUNK_SLOTS alone, a chunk of 2^30 slots held 8 GiB for a few hundred rows."""
-    from corgi_io.loaders import rows as row_module
+    from corgi_io.loaders import token_rows as row_module
 
     monkeypatch.setattr(row_module, "CHUNK_SLOTS", 1 << 30)
     got = row_module.chunk_rows(batch, L, rows)

@@ -17,7 +17,7 @@ from corgi_io.schedule import BatchBudget, BlockTable, BudgetPlanner, EpochPlann
 from corgi_io.schedule.blend_plan import BlendPlanner, blend_planner
 from corgi_io.schedule.planner import Planner, SamplePlanner
 from corgi_io.schedule.resume import closed_segments
-from corgi_io.schedule.rows import RowOptions, RowPlanner
+from corgi_io.schedule.token_rows import RowOptions, RowPlanner
 
 
 def protocol_members(protocol) -> set:

@@ -1,6 +1,6 @@
 """Sequence packing in the loader: `CorgiPileDataset(pack_length=L)` yields rows of exactly L tokens.
 
-The plan is `corgi_io.schedule.rows` (pure); here a worker reads the pieces of the buffers that
+The plan is `corgi_io.schedule.token_rows` (pure); here a worker reads the pieces of the buffers that
 overlap its rows (one ranged read each, verified, `prefetch_blocks` ahead) as token ids, one array
 per buffer (`corgi_io.loaders.token_pieces`), and the rows are built a chunk of about `CHUNK_SLOTS`
 slots at a time (`RowBuilder`): per buffer and chunk
@@ -24,7 +24,7 @@ import torch
 from corgi_io.arguments import check_at_least, check_flag
 from corgi_io.errors import ArgumentError
 from corgi_io.reading.read_ahead import Marker, read_ahead
-from corgi_io.schedule.rows import RowOptions
+from corgi_io.schedule.token_rows import RowOptions
 
 from corgi_io.loaders.token_pieces import TokenPieces, buffer_steps, buffer_tokens
 

@@ -1,4 +1,4 @@
-"""schedule/rows.py: documents placed into rows of exactly L tokens, every document of the epoch in exactly one
+"""schedule/token_rows.py: documents placed into rows of exactly L tokens, every document of the epoch in exactly one
 rank's stream, equal rows on every rank, worker shares that tile the rows, and resume arithmetic."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from corgi_io.errors import ResumeError
 from corgi_io.schedule import BlockTable, loader_planner
-from corgi_io.schedule.rows import RowOptions, RowPlanner, place_documents, remaining_rows, shares, take
+from corgi_io.schedule.token_rows import RowOptions, RowPlanner, place_documents, remaining_rows, shares, take
 
 
 def planner(sizes, world_size=2, length=16, eos=False, split=True, balance="count", shuffle="corgipile",
