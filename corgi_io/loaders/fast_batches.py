@@ -2,7 +2,7 @@
 
 With `batch_size` and nothing to do per sample (no decode, no transform, the default collate), a
 batch is what `collate_samples` would make of its samples, so the reader builds it from its
-pieces' bytes and the manifest's columns with numpy (`corgi_io.reading.rows`) and `row_batch`
+pieces' bytes and the manifest's columns with numpy (`corgi_io.reading.raw_batches`) and `row_batch`
 turns that into the same `Batch`: int64 tensors for `index`, `label`, `size`, lists of str for
 `key`, `kind`, `ext` (and a blend's `source`), one `PackedBytes` for `data`, in the same field
 order.  Samples, order, checksums, progress (samples counted per batch) and the cache are the

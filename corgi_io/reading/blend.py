@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from corgi_io.reading.reader import Residency, ordered_samples
-from corgi_io.reading.rows import PieceRows, ordered_batches
+from corgi_io.reading.raw_batches import PieceRows, ordered_batches
 
 
 class BlendReader:

@@ -1,4 +1,4 @@
-"""Read buffers reused across pieces, for the batch stage (`rows.py`), which knows when a piece's bytes are free.
+"""Read buffers reused across pieces, for the raw-batch stage (raw_batches), which knows when a piece's bytes are free.
 
 A piece is a few MiB.  Read into a fresh buffer, it costs the kernel a page fault per 4 KiB on
 top of the copy: on bench/load.py's corpus, 75 ms of page faults an epoch against 14 ms of reading

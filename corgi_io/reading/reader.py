@@ -30,7 +30,7 @@ from corgi_io.reading.verify import PieceVerifier
 from corgi_io.reading.in_flight import InFlight
 from corgi_io.reading.order import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
-from corgi_io.reading.rows import PieceRows, ordered_batches
+from corgi_io.reading.raw_batches import PieceRows, ordered_batches
 from corgi_io.reading.split import PieceSplitter
 
 
@@ -109,7 +109,7 @@ class PieceReader:
 
     def batches(self, plan, batch_size: int, allocate=None):
         """Yield the plan's samples as `RowBatch`es of `batch_size` (the last one shorter), in the order `samples`
-        yields them, built without a dict per sample (`corgi_io.reading.rows`; single-field packs); `allocate`
+        yields them, built without a dict per sample (`corgi_io.reading.raw_batches`; single-field packs); `allocate`
         makes their buffers (`ordered_batches`)."""
         return ordered_batches(plan, self.piece_rows, lambda piece: self.byte_range(piece)[2], self.residency,
                                batch_size, ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate)

@@ -49,7 +49,7 @@ class PieceSplitter:
 
     def columns(self, piece) -> dict:
         """The samples of `piece` (block, start, stop) as numpy columns, for batches built without a dict per sample
-        (`corgi_io.reading.rows`): `begin`/`end` (payload bounds in the piece's bytes), `index`, `key`, `label`,
+        (`corgi_io.reading.raw_batches`): `begin`/`end` (payload bounds in the piece's bytes), `index`, `key`, `label`,
         `size`, `kind`, `ext` (names as object arrays), each in stored order; single-field packs only."""
         _, start, stop = piece
         s = self.samples

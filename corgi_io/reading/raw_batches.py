@@ -1,4 +1,4 @@
-"""Row stage for raw-bytes batches: a buffer plan's batches gathered straight from the read pieces.
+"""The raw-batch stage: a buffer plan's batches of raw bytes gathered straight from the read pieces, as numpy rows.
 
 The per-sample path (`order.py`) makes a dict per sample and copies each payload out of its
 piece; a collate then copies the payloads again into one buffer.  For batches of raw bytes this
