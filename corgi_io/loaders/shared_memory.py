@@ -19,6 +19,7 @@ the pool keeps the `KEEP` most recent buffers and lets older ones go.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import weakref
 
@@ -31,16 +32,19 @@ class SharedBuffers:
     """A worker's buffers in shared memory: uint8 tensors of whole MiB plus one byte, the released flag.
 
     A buffer is taken again only when its flag is set and nothing in this process refers to it any more;
-    the pool keeps the `KEEP` most recent (a batch never received stays out of use).
+    the pool keeps the `KEEP` most recent (a batch never received stays out of use).  Its buffers are its process's
+    own: a process forked from it starts with none (`_own`).
     """
 
     KEEP = 8
 
     def __init__(self):
         self.buffers = []  # whole tensors: capacity bytes, then the released flag
+        self.pid = os.getpid()  # the process the buffers belong to
 
     def take(self, nbytes: int) -> tuple:
         """(a buffer holding at least `nbytes` and its flag, a writable view of its first `nbytes`)."""
+        self._own()
         whole = self._released(nbytes)
         if whole is None:
             capacity = max(1, -(-nbytes // GRAIN)) * GRAIN
@@ -59,10 +63,17 @@ class SharedBuffers:
     def lease(self, tensor: torch.Tensor):
         """What crosses to the receiver instead of `tensor`, a view of one of this pool's buffers: a `Lease`,
         which the receiver releases when it drops the tensor; None for any other tensor."""
+        self._own()
         pointer = tensor.untyped_storage().data_ptr()
         whole = next((whole for whole in self.buffers if whole.data_ptr() == pointer), None)
         return None if whole is None else Lease(whole, tensor.storage_offset(), tensor.shape, tensor.stride(),
                                                 tensor.dtype)
+
+    def _own(self) -> None:
+        """In a process forked from the pool's, forget the buffers inherited: they are shared memory, so every worker
+        forked from one parent would see the same buffer released, take it, and write its batch over another's."""
+        if self.pid != os.getpid():
+            self.buffers, self.pid = [], os.getpid()
 
     def _released(self, nbytes: int):
         """A pooled buffer of more than `nbytes` whose receiver released it and that nothing here refers to any more
@@ -107,5 +118,5 @@ def _release(flag) -> None:
     flag[0] = 1
 
 
-WORKER_BUFFERS = SharedBuffers()  # one per process: a forked worker starts with the parent's, empty, as the parent
-# never takes one (only DataLoader workers make batches in shared memory)
+WORKER_BUFFERS = SharedBuffers()  # one per process: a forked worker starts with none, even where its parent took some
+# (a test gathering a batch in the main process, say)
