@@ -174,7 +174,6 @@ class SampleRules:
         return (primary, field_kind(primary)) if primary else {"reason": "has no image, video or text field"}
 
 
-
 def _usable_fields(fields: dict, primary: str) -> tuple:
     """(`fields` less those read with a name only the primary may take, [{"reason": ...}] for each left out): the
     rule of `grouping.unusable_extra`, the folder walk's too; the sample is packed without them."""
