@@ -19,7 +19,7 @@ from corgi_io.errors import ArgumentError
 from corgi_io.manifest import open_manifest
 from corgi_io.manifest.fields import KIND_OF_FIELD
 from corgi_io.reading import PieceReader
-from corgi_io.reading.blend import BlendReader
+from corgi_io.reading.blend_reader import BlendReader
 from corgi_io.reading.buffers import BufferPool
 from corgi_io.schedule import block_owners, pack_fingerprint
 from corgi_io.schedule.blend import check_weights

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from corgi_io.reading.piece_cache import PieceCache, warn_disk_full
-from corgi_io.reading.verify import PieceVerifier
+from corgi_io.reading.read_checks import PieceVerifier
 from corgi_io.schedule.eviction import CacheBook
 from corgi_io.storage.cache_folder import CacheFolder, disk_full
 

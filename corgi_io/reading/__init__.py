@@ -1,4 +1,4 @@
 """The load path's reader, as small stages: read-ahead → verify → split → buffer order (see reader.py)."""
-from corgi_io.reading.reader import PieceReader
+from corgi_io.reading.piece_reader import PieceReader
 
 __all__ = ["PieceReader"]

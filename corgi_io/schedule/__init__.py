@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the same names as `_EXPORTS`, for editors and type checkers
     from corgi_io.schedule.epoch import EpochPlanner, loader_planner
     from corgi_io.schedule.epoch_sequence import EpochSequence
     from corgi_io.schedule.modes import BALANCE_MODES, BALANCES, SHUFFLE_MODES, SHUFFLES
-    from corgi_io.schedule.order import block_order, epoch_rng
+    from corgi_io.schedule.epoch_order import block_order, epoch_rng
     from corgi_io.schedule.partition import block_owners
     from corgi_io.schedule.planner import Planner, SamplePlanner
     from corgi_io.schedule.pieces import (
@@ -67,8 +67,8 @@ _EXPORTS = {  # public name -> its module, imported on first use
     "BALANCE_MODES": "modes",
     "SHUFFLES": "modes",
     "SHUFFLE_MODES": "modes",
-    "block_order": "order",
-    "epoch_rng": "order",
+    "block_order": "epoch_order",
+    "epoch_rng": "epoch_order",
     "block_owners": "partition",
     "Planner": "planner",
     "SamplePlanner": "planner",

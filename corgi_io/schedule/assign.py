@@ -21,7 +21,7 @@ from corgi_io.errors import ArgumentError
 from corgi_io.schedule.balance import rank_budgets, size_plan
 from corgi_io.schedule.cost import unit_cost
 from corgi_io.schedule.modes import BALANCES
-from corgi_io.schedule.order import BALANCE, epoch_rng
+from corgi_io.schedule.epoch_order import BALANCE, epoch_rng
 from corgi_io.schedule.partition import partition_plan
 from corgi_io.schedule.epoch_sequence import CountPlan, EpochSequence
 from corgi_io.schedule.spec import BlockTable, EpochSpec

@@ -34,7 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule.order import block_order
+from corgi_io.schedule.epoch_order import block_order
 from corgi_io.schedule.pieces import EMPTY, block_pieces, cut, piece_counts, positions
 from corgi_io.schedule.spec import BlockTable
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from corgi_io.schedule.budget import BatchBudget
 from corgi_io.schedule.epoch import EpochPlanner
-from corgi_io.schedule.order import BUDGET, epoch_rng
+from corgi_io.schedule.epoch_order import BUDGET, epoch_rng
 from corgi_io.schedule.pieces import EMPTY, piece_counts
 from corgi_io.schedule.modes import BALANCES
 from corgi_io.schedule.planner import SamplePlanner

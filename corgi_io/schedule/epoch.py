@@ -17,7 +17,7 @@ import numpy as np
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule.assign import plan_epoch
 from corgi_io.schedule.modes import BALANCES, SHUFFLES
-from corgi_io.schedule.order import block_order
+from corgi_io.schedule.epoch_order import block_order
 from corgi_io.schedule.pieces import block_pieces, piece_counts
 from corgi_io.schedule.planner import SamplePlanner
 from corgi_io.schedule.resume import resumed_plan

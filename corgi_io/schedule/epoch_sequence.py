@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corgi_io.schedule.order import block_order
+from corgi_io.schedule.epoch_order import block_order
 from corgi_io.schedule.pieces import EMPTY, block_pieces, cut, positions
 from corgi_io.schedule.spec import BlockTable, EpochSpec
 

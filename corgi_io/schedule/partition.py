@@ -15,7 +15,7 @@ import numpy as np
 from corgi_io.errors import ArgumentError
 
 from corgi_io.schedule.cost import slowest_time
-from corgi_io.schedule.order import block_order
+from corgi_io.schedule.epoch_order import block_order
 from corgi_io.schedule.epoch_sequence import EpochSequence
 from corgi_io.schedule.spec import BlockTable, EpochSpec
 

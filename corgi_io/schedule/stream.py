@@ -20,7 +20,7 @@ from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule.batches import BatchComposer, SizeGrouper
 from corgi_io.schedule.modes import SHUFFLES
-from corgi_io.schedule.order import BUFFER, FULL, WINDOW, epoch_rng
+from corgi_io.schedule.epoch_order import BUFFER, FULL, WINDOW, epoch_rng
 from corgi_io.schedule.pieces import piece_counts, piece_samples, positions
 
 

@@ -19,7 +19,7 @@ from corgi_io.loaders import CorgiPileDataset
 from corgi_io.loaders.piece_cache import FINGERPRINT_CHARS, RemoteCache
 from corgi_io.reading import PieceReader
 from corgi_io.reading.piece_cache import PieceCache
-from corgi_io.reading.verify import PieceVerifier
+from corgi_io.reading.read_checks import PieceVerifier
 from corgi_io.schedule.eviction import CacheBook
 from corgi_io.storage.cache_folder import CacheFolder
 from corgi_io.storage.local import LocalStorage

@@ -20,7 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from corgi_io import CorruptDataError, PackOptions, pack
 from corgi_io.loaders import CorgiPileDataset, PackedBytes
 from corgi_io.loaders.collate import collate_samples
-from corgi_io.reading.reader import Residency
+from corgi_io.reading.piece_reader import Residency
 from corgi_io.reading.raw_batches import PieceRows, ResidentRows
 from corgi_io.reading.split import PieceSplitter
 from helpers.corpus_factory import write_image, write_text

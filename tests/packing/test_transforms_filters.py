@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corgi_io.errors import PackError
-from corgi_io.packing.transforms.base import Drop
+from corgi_io.packing.transforms.chain import Drop
 from corgi_io.packing.transforms.filters import SizeFilter
 
 BOUND = st.one_of(st.none(), st.integers(0, 50))

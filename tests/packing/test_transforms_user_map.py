@@ -7,7 +7,7 @@ import pytest
 
 from corgi_io.errors import BadInput, PackError
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.transforms.base import Drop, Kept
+from corgi_io.packing.transforms.chain import Drop, Kept
 from corgi_io.packing.transforms.user_map import UserMap
 
 USER_MODULE = '''

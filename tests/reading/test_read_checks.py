@@ -9,7 +9,7 @@ import pytest
 from corgi_io import CorruptDataError
 from corgi_io.manifest import open_manifest
 from corgi_io import PackOptions, pack
-from corgi_io.reading.verify import PieceVerifier
+from corgi_io.reading.read_checks import PieceVerifier
 from corgi_io.storage import LocalStorage
 from helpers.corpus_factory import write_text
 from helpers.packs import piece_bytes

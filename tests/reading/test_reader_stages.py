@@ -14,9 +14,9 @@ import pytest
 
 from corgi_io.manifest import KINDS, open_manifest
 from corgi_io.reading.in_flight import InFlight
-from corgi_io.reading.order import buffer_order
+from corgi_io.reading.reorder import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
-from corgi_io.reading.reader import Residency, ordered_samples
+from corgi_io.reading.piece_reader import Residency, ordered_samples
 from corgi_io.reading.split import PieceSplitter
 from corgi_io.schedule import block_pieces
 from helpers.packs import piece_bytes

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from corgi_io.schedule import (SHUFFLE_MODES, assign_ranks, balanced_batches, buffer_plan, epoch_rng,
                                piece_samples, split_workers, worker_counts)
-from corgi_io.schedule.order import WINDOW
+from corgi_io.schedule.epoch_order import WINDOW
 
 
 def layout(counts):

@@ -14,7 +14,7 @@ record of `options()`); each is frozen and picklable, built from JSON-able optio
 """
 from corgi_io.arguments import choose
 from corgi_io.errors import PackError
-from corgi_io.packing.transforms.base import Drop, Kept, TransformChain, checking_options, options_of
+from corgi_io.packing.transforms.chain import Drop, Kept, TransformChain, checking_options, options_of
 from corgi_io.packing.transforms.dedup import ExactDedup, first_occurrences, first_occurrences_chunked, hashes_of
 from corgi_io.packing.transforms.filters import SizeFilter
 from corgi_io.packing.transforms.image import ImageResize

@@ -20,7 +20,7 @@ import numpy as np
 
 from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError
-from corgi_io.packing.transforms.base import Drop, checking_options
+from corgi_io.packing.transforms.chain import Drop, checking_options
 
 
 @dataclass(frozen=True)

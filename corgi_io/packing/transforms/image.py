@@ -29,7 +29,7 @@ from corgi_io.images.pillow import eight_bits
 from corgi_io.manifest.fields import field_kind
 from corgi_io.manifest.schema import DEFAULT_MAX_PIXELS
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.transforms.base import Kept, checking_options
+from corgi_io.packing.transforms.chain import Kept, checking_options
 
 IMAGE_FORMATS = {"jpeg": ("JPEG", "jpg"), "webp": ("WEBP", "webp"), "keep": None}  # name -> (Pillow format, field)
 FIELD_OF_FORMAT = {"JPEG": ("jpg", "jpeg"), "WEBP": ("webp",)}  # a field already named for the format keeps its name

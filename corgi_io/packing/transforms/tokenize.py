@@ -24,7 +24,7 @@ from corgi_io.errors import BadInput, PackError, plain_message
 from corgi_io.packing.regular_files import read_regular_file
 from corgi_io.manifest.fields import check_field_name
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.transforms.base import Kept, checking_options
+from corgi_io.packing.transforms.chain import Kept, checking_options
 
 TOKENS_FIELD = "tokens.npy"
 TOKEN_DTYPES = {"uint16": "<u2", "uint32": "<u4"}

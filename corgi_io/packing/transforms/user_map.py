@@ -21,7 +21,7 @@ from corgi_io.errors import BadInput, plain_message
 from corgi_io.packing.executors import running_user_code
 from corgi_io.manifest.fields import check_field_name
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.transforms.base import Drop, Kept
+from corgi_io.packing.transforms.chain import Drop, Kept
 from corgi_io.packing.user_code import load_function
 
 

@@ -5,7 +5,7 @@ whole samples inside one block) and the order to yield the buffer's samples in. 
 
 1. read-ahead (`read_ahead.py`): one ranged read per piece, on `read_threads` threads, at most
    `prefetch_pieces` pieces read or in flight ahead of the consumer;
-2. verify (`corgi_io.reading.verify.PieceVerifier`): the shard's size on its first read and every
+2. verify (`corgi_io.reading.read_checks.PieceVerifier`): the shard's size on its first read and every
    record's checksum, before any of the piece's samples exists;
 3. split (`split.py`): the piece cut into sample dicts by the manifest's offsets;
 4. order (`order.py`): samples held until their buffer ends, then yielded in the plan's order.
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import functools
 
-from corgi_io.reading.verify import PieceVerifier
+from corgi_io.reading.read_checks import PieceVerifier
 
 from corgi_io.reading.in_flight import InFlight
-from corgi_io.reading.order import buffer_order
+from corgi_io.reading.reorder import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
 from corgi_io.reading.raw_batches import PieceRows, ordered_batches
 from corgi_io.reading.split import PieceSplitter

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.reading.reader import Residency, ordered_samples
+from corgi_io.reading.piece_reader import Residency, ordered_samples
 from corgi_io.reading.raw_batches import PieceRows, ordered_batches
 
 
