@@ -24,7 +24,14 @@ includes one unit's record columns (about 90 B per sample of that unit, twice th
 is saved, freed when the unit is done: a constant for a fixed --per-tar); what grows with the corpus
 is the manifest, built from the unit records a column at a time (unit_manifest.py). Same target.
 
+``--tree`` (issue 30): the whole process tree of ``corgi pack SOURCE OUT --workers 2`` as a held-out check
+measures it, ``/usr/bin/time -f %M`` (default sizes 5x10^4 and 2.5x10^5).  %M is the child's ru_maxrss from
+wait4: the high-water RSS of the largest single process among the command and the descendants it reaped
+(the pool's workers), not a sum.  Beside it, each process's VmHWM, sampled from /proc every 20 ms while the
+pack runs, says which process that is: the driver, or the largest worker.
+
     python bench/pack_memory.py [--sizes 50000 200000 500000] [--workers 2] [--workdir bench/out/pack_memory]
+    python bench/pack_memory.py --tree [--sizes 50000 250000] [--workers 2]
     python bench/pack_memory.py --from-tars [--sizes 100000 1000000] [--per-tar 10000] [--workers 1]
 """
 from __future__ import annotations
@@ -34,6 +41,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import make_wds_tars  # noqa: E402
 
 TARGET_BYTES_PER_FILE = 64
+GNU_TIME = "/usr/bin/time"
+CLI = "import sys; from corgi_io.cli import main; sys.argv[0] = 'corgi'; sys.exit(main())"  # the `corgi` script
+SAMPLE_SECONDS = 0.02
 CLASSES = 1000
 PAYLOAD = (b"corgi pack tiny file " * 49)[:1000] + b"\n"
 DRIVER = """
@@ -104,16 +115,103 @@ def driver_peak(source: Path, out: Path, workers: int, form: str = "") -> tuple:
     return int(samples), int(peak), int(anonymous), float(seconds)
 
 
+def tree_peak(source: Path, out: Path, workers: int) -> tuple:
+    """(%M of ``corgi pack SOURCE OUT --workers N`` under GNU time, the driver's VmHWM, the largest worker's VmHWM,
+    seconds), bytes; the VmHWMs sampled (the last reading of each process before it ended)."""
+    shutil.rmtree(out, ignore_errors=True)
+    with tempfile.NamedTemporaryFile("r") as report:
+        command = [GNU_TIME, "-f", "%M", "-o", report.name, sys.executable, "-c", CLI,
+                   "pack", str(source), str(out), "--workers", str(workers)]
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        driver, workers_peak = _sample_tree(process)
+        seconds = time.perf_counter() - started
+        if process.wait() != 0:
+            raise SystemExit(f"corgi pack failed: {process.stderr.read().strip()}")
+        maxrss = int(report.read().split()[-1]) * 1024  # GNU time prints kilobytes
+    shutil.rmtree(out, ignore_errors=True)
+    return maxrss, driver, workers_peak, seconds
+
+
+def _sample_tree(process: subprocess.Popen) -> tuple:
+    """(driver VmHWM, largest worker VmHWM) of the pack under `process` (GNU time), read every SAMPLE_SECONDS until
+    it ends.  VmHWM only grows, so each process's last reading is its peak up to then."""
+    peaks = {}  # pid -> (parent pid, last VmHWM)
+    while process.poll() is None:
+        children = _children()
+        for driver in children.get(process.pid, ()):
+            for pid in (driver, *children.get(driver, ())):
+                hwm = _vm_hwm(pid)
+                if hwm is not None:
+                    peaks[pid] = (driver if pid != driver else process.pid, hwm)
+        time.sleep(SAMPLE_SECONDS)
+    driver = max((hwm for parent, hwm in peaks.values() if parent == process.pid), default=0)
+    worker = max((hwm for parent, hwm in peaks.values() if parent != process.pid), default=0)
+    return driver, worker
+
+
+def _children() -> dict:
+    """{parent pid: [child pids]} of every process now running (from /proc/PID/stat)."""
+    children = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as stat:
+                    parent = int(stat.read().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):  # it ended meanwhile
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def _vm_hwm(pid: int):
+    """The VmHWM of process `pid` in bytes, or None once it has ended."""
+    try:
+        with open(f"/proc/{pid}/status") as lines:
+            return next((int(line.split()[1]) * 1024 for line in lines if line.startswith("VmHWM:")), None)
+    except OSError:
+        return None
+
+
+def main_tree(sizes: list, workers: int, workdir: Path, keep: bool) -> None:
+    """Print the --tree lines: %M of the whole `corgi pack` tree, the driver's and the largest worker's VmHWM,
+    and their growth per file against the smallest corpus."""
+    print(f"# corgi pack --workers {workers}, 1 KB text files in {CLASSES} folders; whole tree: GNU time %M (the "
+          f"largest process); VmHWM of the driver and of the largest worker (sampled); baseline: {sizes[0]:,} files")
+    baseline = None
+    for count in sizes:
+        source = make_tiny_corpus(workdir / f"corpus-{count}", count)
+        peaks = tree_peak(source, workdir / "out", workers)
+        largest = "driver" if peaks[1] >= peaks[2] else "a worker"
+        line = (f"pack_tree {count:>9,} files  %M {peaks[0] / 2**20:6.1f} MiB ({largest})  driver "
+                f"{peaks[1] / 2**20:6.1f} MiB  worker {peaks[2] / 2**20:6.1f} MiB  pack {peaks[3]:5.1f} s")
+        if baseline is None:
+            baseline = count, peaks
+            print(f"{line}  (baseline)")
+        else:
+            growth = [(now - then) / (count - baseline[0]) for now, then in zip(peaks[:3], baseline[1])]
+            print(f"{line}  growth vs {baseline[0]:,} files: %M {growth[0]:5.1f} B/file (driver {growth[1]:5.1f}, "
+                  f"worker {growth[2]:5.1f}); target <= {TARGET_BYTES_PER_FILE} B/file: {_verdict(growth[0])}")
+        if not keep:
+            _remove_corpus(source)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from-tars", action="store_true",
                         help="repack tiny samples from WebDataset tars (corgi pack --from wds)")
-    parser.add_argument("--sizes", type=int, nargs="+", help="default: 50000 200000 500000 (tars: 100000 1000000)")
+    parser.add_argument("--tree", action="store_true",
+                        help="GNU time %%M of the whole `corgi pack` process tree, workers included")
+    parser.add_argument("--sizes", type=int, nargs="+",
+                        help="default: 50000 200000 500000 (tars: 100000 1000000; tree: 50000 250000)")
     parser.add_argument("--per-tar", type=int, default=10_000, help="samples per tar, with --from-tars")
     parser.add_argument("--workers", type=int, help="default: 2 (tars: 1)")
     parser.add_argument("--workdir", type=Path, help="default: bench/out/pack_memory (tars: bench/out/repack_memory)")
     parser.add_argument("--keep", action="store_true", help="keep the corpora for the next run")
     args = parser.parse_args()
+    if args.tree:
+        return main_tree(args.sizes or [50_000, 250_000], args.workers or 2,
+                         args.workdir or Path("bench/out/pack_memory"), args.keep)
     tars = args.from_tars
     sizes = args.sizes or ([100_000, 1_000_000] if tars else [50_000, 200_000, 500_000])
     workers = args.workers or (1 if tars else 2)
@@ -143,9 +241,14 @@ def main():
                   f"{anonymous_growth:5.1f} B/{unit}; target <= {TARGET_BYTES_PER_FILE} B/{unit}: "
                   f"{_verdict(anonymous_growth)} (anonymous), {_verdict(growth)} (RSS)")
         if not args.keep:
-            shutil.rmtree(source)
-            for marker in source.parent.glob(f"{source.name}.complete-*"):  # or the next run would take it as made
-                marker.unlink()
+            _remove_corpus(source)
+
+
+def _remove_corpus(source: Path) -> None:
+    """Delete a corpus and its markers (or the next run would take it as made)."""
+    shutil.rmtree(source)
+    for marker in source.parent.glob(f"{source.name}.complete-*"):
+        marker.unlink()
 
 
 def _verdict(growth: float) -> str:
