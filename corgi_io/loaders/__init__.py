@@ -17,7 +17,9 @@ from corgi_io.loaders.dataset import CorgiPileDataset
 from corgi_io.loaders.decode import AutoDecoder
 from corgi_io.loaders.device import DeviceLoader, to_device
 from corgi_io.loaders.image_decoder import ImageDecoder
+from corgi_io.loaders.options import Batches, Blend, Budget, Cache, Decoding, Ranks, Reading, Shuffle, TokenRows
 from corgi_io.loaders.video import VideoDecoder
 
-__all__ = ["AutoDecoder", "Batch", "CorgiPileDataset", "DeviceLoader", "ImageDecoder", "PackedBytes", "PadCollate", "VideoDecoder",
-           "collate_samples", "to_device"]
+__all__ = ["AutoDecoder", "Batch", "Batches", "Blend", "Budget", "Cache", "CorgiPileDataset", "Decoding",
+           "DeviceLoader", "ImageDecoder", "PackedBytes", "PadCollate", "Ranks", "Reading", "Shuffle", "TokenRows",
+           "VideoDecoder", "collate_samples", "to_device"]

@@ -11,9 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
-from collections.abc import Mapping
-from dataclasses import fields, replace
-from operator import attrgetter
+from dataclasses import replace
 
 import torch
 
@@ -21,115 +19,49 @@ from corgi_io.errors import ArgumentError, ResumeError
 from corgi_io.schedule import find_states, merge_states
 
 from corgi_io.loaders.piece_cache import cached_epoch
-from corgi_io.loaders.collate import collate_samples
-from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, epoch_decoder, get_decoder
+from corgi_io.loaders.decode import epoch_decoder, get_decoder
 from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
 from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch, shared_buffer
 from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
-from corgi_io.loaders.options import LoaderSpec, block_table, check_options
+from corgi_io.loaders.options import Batches, Blend, Budget, Cache, Decoding, Ranks, Reading, Shuffle, TokenRows
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.resume_point import ResumePoint
-from corgi_io.loaders.token_rows import check_token_pack, row_items, row_spec
+from corgi_io.loaders.spec import block_table, loader_spec
+from corgi_io.loaders.token_rows import check_token_pack, row_items
 from corgi_io.loaders.shared_epoch import SharedEpoch
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
-    """Samples of a pack as dicts ``{"index", "key", "label", "size", "kind", "ext", "data"}``, CorgiPile-shuffled.
+    """A pack (or a `Blend` of packs) as a torch IterableDataset, CorgiPile-shuffled, built from parts
+    (`corgi_io.loaders.options`; each checks itself, `loaders/spec.py` checks them together, before any read).
 
-    `shuffle`: "corgipile" (block order + buffer shuffle), "block" (block order only), "window" (the
-    tf.data/webdataset baseline: a sliding buffer of as many samples as `buffer_blocks` blocks, over the stored
-    order), "none" (stored order), or "full" (one read per sample).  `buffer_blocks` pieces form one shuffle buffer;
-    `prefetch_blocks` more are read ahead.  `decode`: None (bytes), "pil", "rgb", "text", "video" (8-frame clips),
-    "auto" (by each sample's kind), or a callable(data, sample) such as `VideoDecoder(frames=16, clip="random")`
-    (`corgi_io.loaders.decode`); `transform` then maps the decoded data.  Images (clips: frames x H x W) above
-    `max_pixels` (Pillow's limit by default), and samples of another kind than a built-in decoder's, are refused
-    before decoding.  A decode failure is a DecodeError naming the shard, byte offset and key: `on_error="raise"`
-    (default) raises it, "skip" (needs `batch_size`) drops the sample with a warning, its batch one sample shorter,
-    and raises only for a batch whose every sample fails (`corgi_io.loaders.on_error`).  `verify_reads` (on by
-    default) checks each shard's size on its first read and every record's checksum: a mismatch raises
-    CorruptDataError naming the shard, byte offset and key, before that sample is yielded.
-
-    `balance`: "count" (equal samples), "size" (equal samples and size sums), or "dynamic" (equal samples, size
-    budgets proportional to each rank's measured speed: report steps with `observe`; ranks exchange their fits at
-    `set_epoch`).  "size" and "dynamic" balance every step's batch (an epoch balanced only in its sums steps slower
-    than count balance), so they need `batch_size` (and shuffle "corgipile").  `partitions` maps rank -> shard paths
-    so a rank reads only its own shards (node-local data); counts stay equal.
-
-    With `batch_size=B` the dataset yields whole batches, each `collate_fn(samples)` (default `collate_samples`:
-    equal-shape arrays stacked, so decode to a fixed size with a resize `transform`; raw bytes cross the worker
-    queue as one `PackedBytes` buffer; with raw bytes, no transform, the default collate and one field per sample,
-    `fast_batches` is on: each batch is gathered from the read pieces with numpy, no dict per sample, the same
-    batch field for field), size-balanced inside each buffer under "corgipile" (or, with `group_by_size=True`
-    and balance "count", length-grouped: each buffer sorted by size and cut, the batches shuffled, so padded
-    models pad little), runs of samples otherwise.  Use it as ``DataLoader(dataset, batch_size=None,
-    num_workers=K)``: each worker gets whole batches (at most one partial per rank), so every rank steps
-    `len(self)` times, ``ceil(samples / B)`` (``floor`` with `drop_last`, which drops the partial batch).
-    `batch_budget=T` instead of `batch_size` cuts each CorgiPile buffer into batches of varying size whose cost
-    stays within T (tokens, frames, pixels: the manifest's size): `batch_cost` "padded" (default:
-    ``n * max(size)``, size-sorted batches that pad little) or "sum" (the sizes' sum, for varlen or packed
-    models).  A sample above T is a batch of its own.  Every rank takes the same `len(self)` steps, whatever
-    the worker count; balance "size" makes each step's cost alike on every rank; resume counts batches
-    (`corgi_io.schedule.budget_plan`, docs/algorithms.md).  A DataLoader's own `batch_size` batches each
-    worker separately: up to K - 1 more batches than `len(loader)` says.  Every rank yields exactly
-    `len(self)` items (samples, or batches) per epoch.  Arguments are checked here, before any read
-    (ArgumentError).
-
-    `cache_dir` (with `cache_limit`, bytes) keeps the pieces of a remote pack on local disk, checked when written
-    and when read back, shared safely by the processes of a node; `cache_policy` "belady" (default) evicts the piece
-    whose next use in this reader's known future (this epoch's rest, the next epoch) is furthest, "lru" the least
-    recently read (`corgi_io.loaders.piece_cache`, docs/operations.md).  Local packs are never cached.
-
-    A blend reads several packs with weights: ``source={"laion": "s3://...", "cc12m": "/lustre/cc12m"}``,
-    `weights` ({name: weight} or a list in the sources' order; default: each pack's samples) and
-    `samples_per_epoch` (an int, a source's name for one pass over it, or by default all the sources' samples).
-    Each source gives its weight's share of every epoch; one too small is repeated (a fresh order each pass),
-    one too large continues next epoch where this one stopped.  With `batch_size` every batch holds each source
-    within one sample of ``weight * batch_size``; every sample says its `source`.  Balance, shuffles, resume and
-    the cache work per source (`corgi_io.schedule.blend_plan`, docs/algorithms.md); `partitions` does not apply.
-
-    Sequence packing: with `pack_length=L`, a pack of token ids (primary field a .npy array: ``corgi pack
-    --tokenizer`` writes tokens.npy) yields rows of exactly L tokens, the documents concatenated in CorgiPile
-    order, `eos_id` (if given) after each: dicts of `input_ids`, `position_ids` (0 at each piece of a document),
-    `document_ids` (the sample index, -1 for padding), all int64 (L,) or (B, L) with `batch_size=B`, and
-    `cu_seqlens` (int32, flash-attn varlen boundaries over the B*L flattened tokens) and `max_seqlen`.  A
-    document is split across rows, or with `split_documents=False` starts a new row when it does not fit (the
-    rest of the row is `pad_id`; a document longer than L spans whole rows); ``self.planner.waste()`` is the
-    epoch's padding share.  Every rank yields `len(self)` items, every token once across ranks and workers.
-    Resume is exact (rows counted per worker); another world size is a ResumeError.  Takes balance "count" or
-    "size", shuffle "corgipile", "block" or "none"; refuses transform, group_by_size, drop_last, partitions,
-    cache_dir, blends and on_error="skip" (`corgi_io.loaders.token_rows`, docs/algorithms.md).
+    Items are samples ``{"index", "key", "label", "size", "kind", "ext", "data"}`` (a blend's also say their
+    `source`); with `batching` they are batches (`Batches`, `Budget`: ``collate_fn(samples)``) or rows of tokens
+    (`TokenRows`).  Every rank yields exactly `len(self)` items per epoch, whatever its worker count: use it as
+    ``DataLoader(dataset, batch_size=None, num_workers=K)`` (a DataLoader's own batch_size batches each worker
+    apart: up to K - 1 more batches than `len(loader)` says).  `decode`: a `Decoding`, or its `how` alone
+    ("rgb", "text", a callable such as `ImageDecoder(...)`...); `transform` then maps each decoded sample's data.
+    `seed` fixes every random choice: the same seed, epoch and world size give the same items.  `verify` (on by
+    default, `Reading`) checks each record's checksum before its sample is yielded (CorruptDataError naming the
+    shard, byte offset and key).  Resume with `state_dict` / `load_state_dict` (torchdata's StatefulDataLoader):
+    exact at the same world size and worker count, elastic otherwise (docs/algorithms.md).
     """
 
-    def __init__(self, source, *, shuffle: str = "corgipile", buffer_blocks: int = 16, seed: int = 0,
-                 rank=None, world_size=None, drop_last: bool = False, decode=None, transform=None,
-                 prefetch_blocks: int | None = None, balance: str = "count", batch_size: int | None = None,
-                 collate_fn=collate_samples, partitions: dict | None = None, read_threads: int | None = None,
-                 storage_options: dict | None = None, verify_reads: bool = True,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS, on_error: str = "raise", cache_dir=None,
-                 cache_limit: int | None = None, cache_policy: str = "belady", weights=None,
-                 samples_per_epoch=None, group_by_size: bool = False, batch_budget: int | None = None,
-                 batch_cost: str = "padded", pack_length: int | None = None, eos_id: int | None = None,
-                 split_documents: bool = True, pad_id: int = 0):
+    def __init__(self, source, *, shuffle: Shuffle = Shuffle(), seed: int = 0, ranks: Ranks = Ranks(),
+                 batching: Batches | Budget | TokenRows | None = None, decode=None, transform=None,
+                 reading: Reading = Reading(), cache: Cache | None = None):
         super().__init__()
-        rows = row_spec(pack_length, eos_id, split_documents, pad_id, decode)
-        self.spec = check_options(shuffle=shuffle, buffer_blocks=buffer_blocks, seed=seed, drop_last=drop_last,
-                                  transform=transform, prefetch_blocks=prefetch_blocks, balance=balance,
-                                  batch_size=batch_size, collate_fn=collate_fn, partitions=partitions,
-                                  read_threads=read_threads, storage_options=storage_options,
-                                  verify_reads=verify_reads, max_pixels=max_pixels, on_error=on_error,
-                                  cache_dir=cache_dir, cache_limit=cache_limit, cache_policy=cache_policy,
-                                  group_by_size=group_by_size, batch_budget=batch_budget, batch_cost=batch_cost,
-                                  rows=rows)
-        self.rank, self.world_size = rank_and_world(rank, world_size)
-        self.decode = get_decoder(None if rows else decode, self.spec.max_pixels)
-        self.packs = self._open(source, partitions, weights, samples_per_epoch)
+        decoding = decode if isinstance(decode, Decoding) else Decoding(decode)
+        self.spec = loader_spec(source, shuffle=shuffle, seed=seed, ranks=ranks, batching=batching,
+                                decoding=decoding, transform=transform, reading=reading, cache=cache)
+        self.rank, self.world_size = rank_and_world(ranks.rank, ranks.world_size)
+        self.decode = get_decoder(None if self.spec.rows else decoding.how, self.spec.max_pixels)
+        self.packs = self._open(source)
         if getattr(self.decode, "on_device", False) and not self.fast_batches:
             raise ArgumentError("ImageDecoder(device=...) decodes whole batches of raw image bytes in the training "
-                                "process: it needs batch_size, no transform, the default collate_fn and packs of "
-                                "one field per sample")
-        if rows is not None:
-            check_token_pack(self.packs.manifest)
+                                "process: it needs Batches(size), no transform, the default collate_fn and packs "
+                                "of one field per sample")
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
         self._planner = None             # the planner of (epoch, cost_model), built on first use
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
@@ -137,17 +69,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
         self._resume_point = ResumePoint()  # this process's place in its epoch, in the planner's units
 
-    def _open(self, source, partitions, weights, samples_per_epoch):
-        """The pack (`OnePack`), or for a mapping of sources the blend (`PackBlend`), checked before any read."""
-        if not isinstance(source, Mapping):
-            if weights is not None or samples_per_epoch is not None:
-                raise ArgumentError("weights= and samples_per_epoch= blend several packs: pass source= as a mapping "
-                                    "{name: pack}")
-            return OnePack(source, self.spec, partitions)
-        if partitions is not None or self.spec.group_by_size or self.spec.batch_budget is not None or self.spec.rows:
-            raise ArgumentError("partitions= (which pins one pack's shards to ranks), group_by_size=, batch_budget= "
-                                "and pack_length= do not apply to a blend")
-        blend = PackBlend(source, self.spec, weights, samples_per_epoch)
+    def _open(self, source):
+        """The pack (`OnePack`), or the `PackBlend` of a `Blend`, checked against the options before any read."""
+        if not isinstance(source, Blend):
+            pack = OnePack(source, self.spec)
+            if self.spec.rows is not None:
+                check_token_pack(pack.manifest)
+            return pack
+        blend = PackBlend(source, self.spec)
         blend.check_batchable(self.decode, self.spec.batch_size, self.spec.collate_fn)
         return blend
 
@@ -322,9 +251,3 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         for item in row_items(reader, self.planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
             self._resume_point.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
             yield item
-
-
-for _option in fields(LoaderSpec):  # the options read as before (`ds.seed`, `ds.batch_size`...), from the spec
-    setattr(CorgiPileDataset, _option.name, property(attrgetter(f"spec.{_option.name}"),
-                                                     doc=f"The `{_option.name}` option (fixed: see `spec`)."))
-del _option

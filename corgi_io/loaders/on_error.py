@@ -19,22 +19,13 @@ from __future__ import annotations
 import itertools
 import warnings
 
-from corgi_io.arguments import choose
-from corgi_io.errors import ArgumentError, DecodeError, plain_message
+from corgi_io.errors import DecodeError, plain_message
 from corgi_io.loaders.decode import FieldDecoders
 from corgi_io.manifest.fields import field_kind
 
 ON_ERROR = ("raise", "skip")
 WARN_FIRST = 5  # failures warned one by one in each worker's epoch; the rest are counted
 _KIND_WORDS = {"image": ("an image", "images"), "video": ("a video", "videos"), "text": ("text", "text")}
-
-
-def check_on_error(on_error: str, batch_size) -> None:
-    """ArgumentError for an unknown policy, or for "skip" without `batch_size` (the epoch would be short)."""
-    choose("on_error", on_error, ON_ERROR)
-    if on_error == "skip" and batch_size is None:
-        raise ArgumentError("on_error='skip' needs batch_size=: a skipped sample leaves its batch one sample "
-                            "shorter, so every rank keeps len(dataset) steps; without batches the epoch would be short")
 
 
 def wrong_kind(sample: dict, decode, field: str | None = None) -> str | None:

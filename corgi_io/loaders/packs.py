@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
 
 from corgi_io.errors import ArgumentError
 from corgi_io.manifest import open_manifest
@@ -28,17 +27,17 @@ from corgi_io.storage import open_storage
 
 from corgi_io.loaders.piece_cache import RemoteCache
 from corgi_io.loaders.collate import collate_samples
-from corgi_io.loaders.options import block_table
+from corgi_io.loaders.spec import block_table
 
 
 class OnePack:
     """One pack: its manifest, the block owners under `partitions`, this process's storage and remote cache."""
 
-    def __init__(self, source, spec, partitions=None):
+    def __init__(self, source, spec):
         self.spec, self.manifest = spec, open_manifest(source, spec.storage_options)
         m = self.manifest
-        self.block_owner = None if partitions is None else \
-            block_owners(partitions, [shard.path for shard in m.shards], m.blocks.shard)
+        self.block_owner = None if spec.partitions is None else \
+            block_owners(spec.partitions, [shard.path for shard in m.shards], m.blocks.shard)
         self._storage, self._storage_pid = None, None
         self._cache = RemoteCache(spec)
         self._pool = None  # this process's read buffers, reused over its epochs (`BufferPool`)
@@ -96,12 +95,11 @@ class OnePack:
 
 
 class PackBlend:
-    """Several packs read with weights: `sources` maps name -> pack, each a `OnePack` (see `CorgiPileDataset`)."""
+    """Several packs read with weights (a `Blend`): each source a `OnePack`."""
 
-    def __init__(self, sources: Mapping, spec, weights=None, samples_per_epoch=None):
+    def __init__(self, blend, spec):
+        sources, weights = blend.sources, blend.weights
         names = [str(name) for name in sources]
-        if not names:
-            raise ArgumentError("a blend needs at least one source: source={name: pack, ...}")
         if weights is not None:
             check_weights(names, weights)  # before any manifest is opened
         self.spec, self.names = spec, names
@@ -115,7 +113,7 @@ class PackBlend:
         empty = [name for name, size, w in zip(names, sizes, self.weights) if w > 0 and size == 0]
         if empty:
             raise ArgumentError(f"the blend's sources {empty} have weights but no samples")
-        self.samples_per_epoch = epoch_length(samples_per_epoch, names, self.weights, sizes)
+        self.samples_per_epoch = epoch_length(blend.samples_per_epoch, names, self.weights, sizes)
 
     @functools.cached_property
     def fingerprint(self) -> str:

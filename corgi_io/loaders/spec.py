@@ -1,29 +1,28 @@
-"""The checks of `CorgiPileDataset`'s arguments, made when it is built, before any read: a bad one fails at
-once with an ArgumentError naming it, not later (or differently) in every DataLoader worker.  What passes
-becomes the dataset's frozen `LoaderSpec`, which makes each epoch's planner over the pack's `block_table`."""
+"""The dataset's resolved options: the parts of `loaders/options.py` checked together, once, when a
+`CorgiPileDataset` is built, before any read.  A bad combination fails at once with one ArgumentError naming
+the parts, not later (or differently) in every DataLoader worker.  What passes becomes the dataset's frozen,
+flat `LoaderSpec`, which makes each epoch's planner over the pack's `block_table`."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
-from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
+from corgi_io.arguments import check_at_least
+
 from corgi_io.errors import ArgumentError
-from corgi_io.schedule import BALANCES, BATCH_COSTS, SHUFFLES, BatchBudget, BlockTable, BudgetPlanner, loader_planner
-from corgi_io.schedule.eviction import EVICTIONS
+from corgi_io.schedule import BatchBudget, BlockTable, BudgetPlanner, loader_planner
 from corgi_io.schedule.token_rows import RowPlanner
 
 from corgi_io.loaders.collate import collate_samples
-from corgi_io.loaders.on_error import check_on_error
-from corgi_io.loaders.token_rows import check_row_options
+from corgi_io.loaders.options import BATCHINGS, Batches, Blend, Budget, Cache, Decoding, Ranks, Reading, Shuffle, TokenRows
 
-COUNTS = (("buffer_blocks", 1, False), ("seed", 0, False), ("prefetch_blocks", 0, True), ("batch_size", 1, True),
-          ("read_threads", 1, True), ("max_pixels", 1, True),
-          ("batch_budget", 1, True))  # (name, least, None allowed); rank: rank_and_world
+ROW_SHUFFLES = ("corgipile", "block", "none")
 
 
 @dataclass(frozen=True)
 class LoaderSpec:
-    """A dataset's options once checked and normalised (see `CorgiPileDataset` for each); fixed for its life."""
+    """A dataset's parts (`loaders/options.py`) checked together and flattened into the fields the planners,
+    readers and resume read (see each part for its meaning); fixed for the dataset's life."""
 
     shuffle: str
     buffer_blocks: int
@@ -46,7 +45,7 @@ class LoaderSpec:
     group_by_size: bool  # length-grouped batches (schedule.batches.SizeGrouper) instead of size-balanced ones
     batch_budget: int | None  # batches of cost <= this (schedule.budget), instead of batch_size
     batch_cost: str  # a `schedule.budget.BATCH_COSTS` name: what a batch costs against batch_budget
-    rows: object = None  # pack_length=: a `loaders.token_rows.RowSpec` (rows of tokens, batches of rows); None: samples
+    rows: TokenRows | None = None  # rows of tokens (batch_size: rows per item); None: samples
 
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None):
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
@@ -83,65 +82,79 @@ def block_table(manifest) -> BlockTable:
     return BlockTable(manifest.blocks.first, manifest.blocks.count, manifest.blocks.size_sum, manifest.samples.size)
 
 
-def check_options(**options) -> LoaderSpec:
-    """The dataset's keyword arguments (all but source, decode, rank, world_size) checked and normalised:
-    counts as ints, flags as bools, storage_options as a dict; ArgumentError names the first bad one."""
-    for name, least, optional in COUNTS:
-        options[name] = check_at_least(name, options[name], least, optional=optional)
-    choose("shuffle", options["shuffle"], SHUFFLES)
-    choose("balance", options["balance"], BALANCES)
-    for name in ("drop_last", "verify_reads", "group_by_size"):
-        options[name] = check_flag(name, options[name])
-    check_callable("transform", options["transform"], optional=True)
-    check_callable("collate_fn", options["collate_fn"])
-    options["storage_options"] = check_mapping("storage_options", options["storage_options"])
-    if options["partitions"] is not None:
-        check_mapping("partitions", options["partitions"])
-    batch_size, balance = options["batch_size"], options["balance"]
-    check_budget(options)
-    batched = batch_size is not None or options["batch_budget"] is not None
-    if not batched and options["collate_fn"] is not collate_samples:
-        raise ArgumentError("collate_fn= collates the dataset's batches: it needs batch_size= or batch_budget=")
-    if options["rows"] is not None:
-        check_row_options(options)
-    elif balance != "count" and (not batched or options["shuffle"] != "corgipile"):  # else steps are not balanced
-        raise ArgumentError(f"balance={balance!r} balances every step's batch inside CorgiPile buffers: "
-                            "it needs batch_size= (or batch_budget=) and shuffle='corgipile'")
-    if options["group_by_size"] and (batch_size is None or options["shuffle"] != "corgipile" or balance != "count"):
-        raise ArgumentError("group_by_size groups each CorgiPile buffer's batches by size: it needs batch_size=, "
-                            "shuffle='corgipile' and balance='count'")
-    check_on_error(options["on_error"], batch_size or options["batch_budget"])
-    if options["prefetch_blocks"] is None:
-        options["prefetch_blocks"] = options["buffer_blocks"]
-    check_cache(options)
-    return LoaderSpec(**options)
+def loader_spec(source, *, shuffle: Shuffle, seed, ranks: Ranks, batching, decoding: Decoding, transform,
+                reading: Reading, cache: Cache | None) -> LoaderSpec:
+    """The one place where the parts are checked against each other (each checked itself when made), then
+    flattened into the `LoaderSpec`; ArgumentError names the parts that do not go together."""
+    _check_source(source, ranks, batching)
+    _check_types(shuffle=(shuffle, Shuffle), ranks=(ranks, Ranks), decode=(decoding, Decoding),
+                 reading=(reading, Reading), cache=(cache, (Cache, type(None))),
+                 batching=(batching, (*BATCHINGS, type(None))))
+    if transform is not None and not callable(transform):
+        raise ArgumentError(f"transform must be callable, got {transform!r}")
+    if isinstance(batching, TokenRows):
+        _check_rows(shuffle, ranks, decoding, transform, cache)
+    elif ranks.balance != "count" and (batching is None or shuffle.mode != "corgipile"):
+        raise ArgumentError(f"Ranks(balance={ranks.balance!r}) balances every step's batch inside CorgiPile "
+                            "buffers: it needs batching=Batches(...) or Budget(...) and Shuffle('corgipile')")
+    if isinstance(batching, Batches) and batching.group_by_size and (shuffle.mode != "corgipile"
+                                                                      or ranks.balance != "count"):
+        raise ArgumentError("Batches(group_by_size=True) groups each CorgiPile buffer's batches by size: it needs "
+                            "Shuffle('corgipile') and Ranks(balance='count')")
+    if isinstance(batching, Budget) and (shuffle.mode != "corgipile" or ranks.partitions is not None):
+        raise ArgumentError("Budget cuts each CorgiPile buffer into batches: it needs Shuffle('corgipile'), and "
+                            "does not combine with Ranks(partitions=)")
+    if decoding.on_error == "skip" and not isinstance(batching, (Batches, Budget)):
+        raise ArgumentError("Decoding(on_error='skip') needs batching=Batches(...) or Budget(...): a skipped sample "
+                            "leaves its batch one sample shorter, so every rank keeps len(dataset) steps")
+    return _flatten(shuffle, check_at_least("seed", seed, 0, optional=False), ranks, batching, decoding, transform, reading, cache)
 
 
-def check_budget(options: dict) -> None:
-    """batch_budget (an int >= 1, already checked) instead of batch_size, from CorgiPile buffers of one pack's
-    samples; batch_cost a known cost model (`schedule.budget.BATCH_COSTS`)."""
-    choose("batch_cost", options["batch_cost"], BATCH_COSTS)
-    if options["batch_budget"] is None:
-        return
-    if options["rows"] is not None:
-        raise ArgumentError("batch_budget= cuts batches of samples; pack_length= makes rows of equal tokens, "
-                            "each batch_size= rows: give one of them")
-    if options["batch_size"] is not None:
-        raise ArgumentError("batch_budget= cuts batches of varying sizes within a budget; batch_size= fixes "
-                            "their size: give one of them")
-    if options["shuffle"] != "corgipile" or options["group_by_size"] or options["partitions"] is not None:
-        raise ArgumentError("batch_budget= cuts each CorgiPile buffer into batches: it needs shuffle='corgipile', "
-                            "and does not combine with group_by_size= (it groups by size itself) or partitions=")
+def _check_source(source, ranks: Ranks, batching) -> None:
+    """A pack's path or URL, or a `Blend`, which takes no shard pinning, length grouping, budget or token rows."""
+    if isinstance(source, Blend):
+        grouped = isinstance(batching, Batches) and batching.group_by_size
+        if ranks.partitions is not None or grouped or isinstance(batching, (Budget, TokenRows)):
+            raise ArgumentError("Ranks(partitions=) (which pins one pack's shards to ranks), "
+                                "Batches(group_by_size=True), Budget and TokenRows do not apply to a Blend")
+    elif not isinstance(source, (str, os.PathLike)):
+        raise ArgumentError(f"source must be a pack's path or URL, or a Blend({{name: pack}}), got {source!r}")
 
 
-def check_cache(options: dict) -> None:
-    """cache_dir as a str (or None), cache_limit an int >= 1 exactly when there is a cache_dir, a known policy."""
-    choose("cache_policy", options["cache_policy"], EVICTIONS)
-    if options["cache_dir"] is None:
-        if options["cache_limit"] is not None:
-            raise ArgumentError("cache_limit= bounds the cache of cache_dir=: give both, or neither")
-        return
-    if not isinstance(options["cache_dir"], (str, os.PathLike)):
-        raise ArgumentError(f"cache_dir must be a path, got {options['cache_dir']!r}")
-    options["cache_dir"] = os.fspath(options["cache_dir"])
-    options["cache_limit"] = check_at_least("cache_limit", options["cache_limit"], 1, optional=False)
+def _check_types(**parts) -> None:
+    """ArgumentError for a part that is not of its kind (a flat keyword where an object belongs, say)."""
+    for name, (value, kinds) in parts.items():
+        if not isinstance(value, kinds):
+            wanted = " or ".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+            raise ArgumentError(f"{name}= takes {wanted}, got {value!r}")
+
+
+def _check_rows(shuffle: Shuffle, ranks: Ranks, decoding: Decoding, transform, cache) -> None:
+    """ArgumentError for the parts that rows of tokens (`TokenRows`) do not take."""
+    refused = [name for name, bad in (("a transform", transform is not None),
+                                      ("Ranks(drop_last=True)", ranks.drop_last),
+                                      ("Ranks(partitions=)", ranks.partitions is not None),
+                                      ("a Cache", cache is not None),
+                                      ("Decoding(on_error='skip')", decoding.on_error != "raise"),
+                                      (f"Ranks(balance={ranks.balance!r})", ranks.balance not in ("count", "size")),
+                                      (f"Shuffle({shuffle.mode!r})", shuffle.mode not in ROW_SHUFFLES),
+                                      (f"decode {decoding.how!r}", decoding.how not in (None, "tokens"))) if bad]
+    if refused:
+        raise ArgumentError(f"TokenRows packs token rows itself: it does not take {', '.join(refused)} (it takes "
+                            f"shuffle modes {ROW_SHUFFLES}, balance 'count' or 'size', and decode None or 'tokens')")
+
+
+def _flatten(shuffle, seed, ranks, batching, decoding, transform, reading, cache) -> LoaderSpec:
+    """The parts as the `LoaderSpec`'s flat fields."""
+    batches, budget = isinstance(batching, Batches), isinstance(batching, Budget)
+    return LoaderSpec(
+        shuffle=shuffle.mode, buffer_blocks=shuffle.buffer_blocks, seed=seed, drop_last=ranks.drop_last,
+        transform=transform, balance=ranks.balance, partitions=ranks.partitions,
+        prefetch_blocks=shuffle.buffer_blocks if reading.prefetch_blocks is None else reading.prefetch_blocks,
+        batch_size=batching.size if batches else batching.batch_size if isinstance(batching, TokenRows) else None,
+        collate_fn=batching.collate_fn if batches or budget else collate_samples,
+        group_by_size=batches and batching.group_by_size, batch_budget=batching.limit if budget else None,
+        batch_cost=batching.cost if budget else "padded", rows=batching if isinstance(batching, TokenRows) else None,
+        read_threads=reading.threads, storage_options=reading.storage_options, verify_reads=reading.verify,
+        max_pixels=decoding.max_pixels, on_error=decoding.on_error, cache_dir=cache and cache.folder,
+        cache_limit=cache and cache.limit, cache_policy=cache.policy if cache else "belady")

@@ -1,4 +1,4 @@
-"""Sequence packing in the loader: `CorgiPileDataset(pack_length=L)` yields rows of exactly L tokens.
+"""Sequence packing in the loader: `CorgiPileDataset(batching=TokenRows(L))` yields rows of exactly L tokens.
 
 The plan is `corgi_io.schedule.token_rows` (pure); here a worker reads the pieces of the buffers that
 overlap its rows (one ranged read each, verified, `prefetch_blocks` ahead) as token ids, one array
@@ -9,82 +9,30 @@ its document ids, positions and sequence bounds; items are views of their chunk.
 or per-token Python.  Each item is a dict of tensors: `input_ids`,
 `position_ids` (restarting at 0 at each piece of a document and each run of padding),
 `document_ids` (the document's sample index in the pack; -1 for padding), all (L,) int64 or (B, L)
-with `batch_size=B`, `cu_seqlens` (int32, the sequence boundaries over the item's flattened tokens,
+with `TokenRows(batch_size=B)`, `cu_seqlens` (int32, the sequence boundaries over the item's flattened tokens,
 0 first and B*L last, as flash-attn's varlen functions take them) and `max_seqlen` (an int).
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from corgi_io.arguments import check_at_least, check_flag
 from corgi_io.errors import ArgumentError
 from corgi_io.reading.read_ahead import Marker, read_ahead
-from corgi_io.schedule.token_rows import RowOptions
 
+from corgi_io.loaders.options import TokenRows
 from corgi_io.loaders.token_pieces import TokenPieces, buffer_steps, buffer_tokens
 
-ROW_SHUFFLES = ("corgipile", "block", "none")
 CHUNK_SLOTS = 1 << 18  # slots (token ids) of the rows built at once: 2 MiB an int64 column
-
-
-@dataclass(frozen=True)
-class RowSpec:
-    """The sequence-packing options of a dataset, checked (see `CorgiPileDataset`)."""
-
-    pack_length: int
-    eos_id: int | None
-    split_documents: bool
-    pad_id: int
-
-    @property
-    def options(self) -> RowOptions:
-        return RowOptions(self.pack_length, self.eos_id is not None, self.split_documents)
-
-    def identity(self) -> dict:
-        """What a resume state must agree on, besides the loader's options."""
-        return {"pack_length": self.pack_length, "eos_id": self.eos_id, "split_documents": self.split_documents}
-
-
-def row_spec(pack_length, eos_id, split_documents, pad_id, decode) -> RowSpec | None:
-    """The checked options, or None without `pack_length` (then the others must keep their defaults)."""
-    split_documents = check_flag("split_documents", split_documents)
-    if pack_length is None:
-        if eos_id is not None or pad_id != 0 or not split_documents:
-            raise ArgumentError("eos_id=, pad_id= and split_documents= shape the rows of pack_length=: give it too")
-        return None
-    if decode not in (None, "tokens"):
-        raise ArgumentError(f"pack_length= reads the token ids of a .npy field itself: decode must be None or "
-                            f"'tokens', got {decode!r}")
-    return RowSpec(check_at_least("pack_length", pack_length, 1, optional=False),
-                   check_at_least("eos_id", eos_id, 0, optional=True), split_documents,
-                   check_at_least("pad_id", pad_id, 0, optional=False))
-
-
-def check_row_options(options: dict) -> None:
-    """ArgumentError for the loader options that rows of pack_length= do not take (`check_options` calls it)."""
-    refused = [name for name, bad in (("transform", options["transform"] is not None),
-                                      ("group_by_size", options["group_by_size"]),
-                                      ("drop_last", options["drop_last"]),
-                                      ("partitions", options["partitions"] is not None),
-                                      ("cache_dir", options["cache_dir"] is not None),
-                                      ("on_error", options["on_error"] != "raise"),
-                                      ("balance", options["balance"] not in ("count", "size")),
-                                      ("shuffle", options["shuffle"] not in ROW_SHUFFLES)) if bad]
-    if refused:
-        raise ArgumentError(f"pack_length= packs token rows: it does not take {', '.join(f'{n}=' for n in refused)} "
-                            f"(it takes shuffle in {ROW_SHUFFLES}, balance 'count' or 'size', and no transform, "
-                            "group_by_size, drop_last, partitions, cache_dir or on_error='skip')")
 
 
 def check_token_pack(manifest) -> None:
     """ArgumentError unless every sample's primary field is a .npy array (``corgi pack --tokenizer``: tokens.npy)."""
     if not manifest.extensions or not all(ext.endswith("npy") for ext in manifest.extensions):
-        raise ArgumentError(f"pack_length= packs the token ids of the primary field, a .npy array (corgi pack "
+        raise ArgumentError(f"TokenRows packs the token ids of the primary field, a .npy array (corgi pack "
                             f"--tokenizer writes tokens.npy); this pack's primary fields are {manifest.extensions}")
 
 
@@ -137,8 +85,8 @@ class RowBuilder:
     once: a document's, or padding up to the next one's (`_pad`).  Per buffer and chunk a handful of numpy
     passes over the chunk's slots; no per-document Python."""
 
-    def __init__(self, stream, spec: RowSpec, rows: int):
-        self.stream, self.spec, self.length, self.rows = stream, spec, spec.pack_length, rows
+    def __init__(self, stream, spec: TokenRows, rows: int):
+        self.stream, self.spec, self.length, self.rows = stream, spec, spec.length, rows
         self.tail = [spec.pad_id if spec.eos_id is None else spec.eos_id, spec.pad_id]  # what `_fill` takes last
         self._new_chunk()
 
@@ -243,11 +191,11 @@ class RowBuilder:
             yield self._take()
 
 
-def row_blocks(reader, stream, ranges: list, spec: RowSpec, rows: int):
+def row_blocks(reader, stream, ranges: list, spec: TokenRows, rows: int):
     """A worker's rows in `Chunk`s of `rows` (the last one may be shorter), in order: the pieces read `prefetch`
     ahead by `reader` (a PieceReader), as `PieceTokens`."""
     builder, pieces = RowBuilder(stream, spec, rows), []
-    steps = row_steps(reader, stream, ranges, spec.pack_length)
+    steps = row_steps(reader, stream, ranges, spec.length)
     items = read_ahead(steps, TokenPieces(reader).read, ahead=reader.prefetch_pieces, threads=reader.read_threads)
     try:
         for item in items:
@@ -289,9 +237,9 @@ def chunk_items(chunk: Chunk, batch: int, batched: bool):
         yield {"input_ids": ids, "position_ids": pos, "document_ids": doc, "cu_seqlens": cu, "max_seqlen": longest[k]}
 
 
-def row_items(reader, stream, ranges: list, spec: RowSpec, batch_size: int | None):
+def row_items(reader, stream, ranges: list, spec: TokenRows, batch_size: int | None):
     """A worker's items: rows one by one, or batches of `batch_size` rows (see the module)."""
     batch = batch_size or 1
-    rows = chunk_rows(batch, spec.pack_length, sum(b - a for a, b in ranges))
+    rows = chunk_rows(batch, spec.length, sum(b - a for a, b in ranges))
     for chunk in row_blocks(reader, stream, ranges, spec, rows):
         yield from chunk_items(chunk, batch, batch_size is not None)
