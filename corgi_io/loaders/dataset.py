@@ -4,13 +4,12 @@ Per epoch: the planning core (`corgi_io.schedule`) orders the blocks, gives ever
 the same number of samples, splits a rank's share among DataLoader workers, and groups
 each worker's pieces into shuffle buffers.  `PieceReader` then reads each piece with one
 ranged read, ahead of the consumer, and the samples come out in the plan's order.  The
-dataset holds its checked options (`spec`, frozen) and the epoch's `Planner` (`corgi_io.schedule.planner`).
+dataset holds its checked options (`spec`, frozen), the epoch's `Planner` (`corgi_io.schedule.planner`) and
+its place in the epoch (`resume_point`); one worker's pass over its share is `corgi_io.loaders.worker_pass`.
 """
 from __future__ import annotations
 
-import collections
 import functools
-import itertools
 from dataclasses import replace
 
 import torch
@@ -18,18 +17,16 @@ import torch
 from corgi_io.errors import ArgumentError, ResumeError
 from corgi_io.schedule import find_states, merge_states
 
-from corgi_io.loaders.piece_cache import cached_epoch
-from corgi_io.loaders.decode import epoch_decoder, get_decoder
-from corgi_io.loaders.distributed import StepLog, rank_and_world, worker_and_count
-from corgi_io.loaders.fast_batches import fast_batches_apply, row_batch, shared_buffer
-from corgi_io.loaders.image_decoder import batch_slots
-from corgi_io.loaders.on_error import SamplePreparer, collated_batches
+from corgi_io.loaders.decode import get_decoder
+from corgi_io.loaders.distributed import StepLog, rank_and_world
+from corgi_io.loaders.fast_batches import fast_batches_apply
 from corgi_io.loaders.options import Batches, Blend, Budget, Cache, Decoding, Ranks, Reading, Shuffle, TokenRows
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.resume_point import ResumePoint
-from corgi_io.loaders.spec import block_table, loader_spec
-from corgi_io.loaders.token_rows import check_token_pack, row_items
 from corgi_io.loaders.shared_epoch import SharedEpoch
+from corgi_io.loaders.spec import block_table, loader_spec
+from corgi_io.loaders.token_rows import check_token_pack
+from corgi_io.loaders.worker_pass import worker_items
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
@@ -67,7 +64,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
-        self._resume_point = ResumePoint()  # this process's place in its epoch, in the planner's units
+        self.resume_point = ResumePoint()  # this process's place in its epoch, in the planner's units
 
     def _open(self, source):
         """The pack (`OnePack`), or the `PackBlend` of a `Blend`, checked against the options before any read."""
@@ -161,7 +158,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict:
         """This process's progress through the epoch as small JSON data (StatefulDataLoader collects it per worker)."""
-        return self._resume_point.state(self._identity, self.epoch, self.world_size)
+        return self.resume_point.state(self._identity, self.epoch, self.world_size)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from a state saved by `state_dict`, or from a whole `StatefulDataLoader.state_dict()` of any one rank.
@@ -174,80 +171,19 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         merged = merge_states(find_states(state), self._identity)
         if merged["world_size"] != self.world_size and self.block_owner is not None:
             raise ResumeError("partitions= pins shards to ranks: resume it with the same world size")
-        self._resume_point.loaded, self.epoch = merged, merged["epoch"]
+        self.resume_point.loaded, self.epoch = merged, merged["epoch"]
 
     def __iter__(self):
-        """This worker's samples of the epoch, its collated batches with `batch_size` or `batch_budget`, or its rows
-        of tokens with `pack_length`."""
+        """This worker's items of the epoch (`corgi_io.loaders.worker_pass`): samples, batches or rows of tokens."""
         # Eagerly, before the first item: a persistent worker's state is saved as soon as its new iteration is
         # made (StatefulDataLoader), and must already be that epoch's start, not the end of the last one.
         self.epoch, self.cost_model = self._shared_epoch.latest(self.epoch, self.cost_model)
-        self._resume_point.begin()
-        spec = self.spec  # progress counts samples: a batch boundary when a batch is out
-        if spec.rows is not None:
-            return self._rows()
-        if self.fast_batches:
-            return self._row_batches()
-        if spec.batch_budget is not None:  # the plan lists one batch per item: their sizes, as it is made
-            sizes = collections.deque()
-            return collated_batches(self._samples(sizes), iter(sizes.popleft, None), spec.collate_fn)
-        if spec.batch_size is not None:  # an ImageDecoder's images go straight into their batch (`BatchSlots`)
-            return collated_batches(self._samples(slots=spec.batch_size), itertools.repeat(spec.batch_size),
-                                    spec.collate_fn)
-        return self._samples()
+        self.resume_point.begin()
+        return worker_items(self)
 
     @functools.cached_property
     def fast_batches(self) -> bool:
         """Whether batches are built without a dict per sample (`corgi_io.loaders.fast_batches`): raw bytes, the
-        default collate, packs of one field per sample, batches of `batch_size`."""
+        default collate, packs of one field per sample, `Batches` of a fixed size."""
         manifests = [pack.manifest for pack in getattr(self.packs, "packs", [self.packs])]
         return fast_batches_apply(self.spec, self.decode, manifests)
-
-    def _start(self, batch_sizes=None):
-        """(reader, plan, worker) of this worker's iteration: the epoch `__iter__` took, its reader and its buffer
-        plan from where it stands (a loaded state), through the remote cache when there is one.  Given a deque
-        `batch_sizes`, the sizes of the plan's items (budgeted batches: a planner that counts items gives its
-        plan whole) are added there."""
-        worker, num_workers = worker_and_count()
-        planner = self.planner
-        reader = self.last_reader = self.packs.reader(planner)
-        plan = self._resume_point.start(planner, self.rank, worker, num_workers)
-        if batch_sizes is not None:
-            batch_sizes.extend(len(order) for _, order in plan)
-        readers = self.packs.piece_readers(reader)
-        if any(r.cache is not None for r in readers):  # the next epoch's plan is the rest of the known future
-            upcoming = self.packs.planner(self.world_size, self.epoch + 1, self.cost_model)
-            plan = cached_epoch(readers, plan, self.packs.local(planner), upcoming.plan(self.rank, worker, num_workers),
-                                self.packs.local(upcoming), self.spec.prefetch_blocks)
-        return reader, plan, worker
-
-    def _samples(self, batch_sizes=None, slots=None):
-        """This worker's samples of the epoch, in the plan's order: read, decoded and transformed (`_start` for
-        `batch_sizes`; `slots`: the fixed batch size whose batches an ImageDecoder fills in place)."""
-        reader, plan, worker = self._start(batch_sizes)
-        decode = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # clips and crops follow (seed, epoch, index)
-        if slots is not None:
-            decode = batch_slots(decode, slots)
-        prepare = SamplePreparer(decode, self.spec.transform, self.spec.on_error, self.packs.locate,
-                                 f"rank {self.rank} worker {worker}")
-        for sample in reader.samples(plan):
-            self._resume_point.yielded += 1
-            yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
-        prepare.finish()
-
-    def _row_batches(self):
-        """This worker's batches of the epoch, the same as `collated_batches` of `_samples`, built from the read
-        pieces with numpy (`fast_batches`)."""
-        reader, plan, _ = self._start()  # in a DataLoader worker, batches cross to the main process in shared memory
-        allocate = shared_buffer if torch.utils.data.get_worker_info() is not None else None
-        images = epoch_decoder(self.decode, self.spec.seed, self.epoch)  # None, or an ImageDecoder on a device
-        for rows in reader.batches(plan, self.spec.batch_size, allocate):
-            self._resume_point.yielded += len(rows.offsets) - 1
-            yield row_batch(rows, images)
-
-    def _rows(self):
-        """This worker's rows of tokens (`pack_length`), or batches of rows, counted in rows for resume."""
-        reader, ranges, _ = self._start()  # a row planner's plan is the worker's row ranges
-        for item in row_items(reader, self.planner.streams[self.rank], ranges, self.spec.rows, self.spec.batch_size):
-            self._resume_point.yielded += len(item["input_ids"]) if self.spec.batch_size else 1
-            yield item
