@@ -21,7 +21,7 @@ from PIL import Image
 
 from corgi_io.reading import PieceReader
 from corgi_io.packing.corpus import discover
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import CorgiPileDataset, Ranks, Reading, Shuffle
 from corgi_io import PackOptions, pack
 from corgi_io.schedule import block_order, block_pieces, piece_samples
 from corgi_io import CorruptDataError, StorageError
@@ -88,7 +88,7 @@ def indices(ds) -> list:
 @pytest.mark.parametrize("mode", MODES)
 def test_one_epoch_yields_every_sample_once_with_original_bytes(corpus, packed, fmt, mode):
     _, originals = corpus
-    ds = CorgiPileDataset(packed[fmt], shuffle=mode, buffer_blocks=2, seed=5)
+    ds = CorgiPileDataset(packed[fmt], shuffle=Shuffle(mode, buffer_blocks=2), seed=5)
     m = ds.manifest
     got = list(ds)
     assert len(got) == len(ds) == m.num_samples == len(originals)
@@ -106,7 +106,7 @@ def test_one_epoch_yields_every_sample_once_with_original_bytes(corpus, packed, 
 
 
 def test_a_second_epoch_over_the_same_dataset_object_is_complete(packed):
-    ds = CorgiPileDataset(packed["wds"], buffer_blocks=2)
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle(buffer_blocks=2))
     first = keys(ds)
     ds.set_epoch(1)
     second = keys(ds)
@@ -121,13 +121,13 @@ def block_sequence(m, seed, epoch):
 
 
 def test_mode_none_is_pack_order(packed):
-    ds = CorgiPileDataset(packed["wds"], shuffle="none", buffer_blocks=2, seed=9)
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle("none", buffer_blocks=2), seed=9)
     ds.set_epoch(4)
     assert indices(ds) == list(range(ds.manifest.num_samples))
 
 
 def test_mode_block_is_whole_blocks_in_epoch_block_order(packed):
-    ds = CorgiPileDataset(packed["wds"], shuffle="block", buffer_blocks=2, seed=9)
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle("block", buffer_blocks=2), seed=9)
     ds.set_epoch(4)
     want = list(chain(*block_sequence(ds.manifest, 9, 4)))
     assert indices(ds) == want
@@ -136,7 +136,7 @@ def test_mode_block_is_whole_blocks_in_epoch_block_order(packed):
 
 def test_mode_corgipile_shuffles_inside_buffers_of_consecutive_blocks(packed):
     buffer_blocks = 3
-    ds = CorgiPileDataset(packed["wds"], shuffle="corgipile", buffer_blocks=buffer_blocks, seed=9)
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle("corgipile", buffer_blocks=buffer_blocks), seed=9)
     ds.set_epoch(4)
     got = indices(ds)
     blocks = block_sequence(ds.manifest, 9, 4)
@@ -153,7 +153,7 @@ def test_mode_corgipile_shuffles_inside_buffers_of_consecutive_blocks(packed):
 def test_mode_window_is_a_bounded_sliding_shuffle_of_the_stored_order(packed):
     """The tf.data / webdataset baseline: a sliding shuffle buffer over the pack's stored order."""
     buffer_blocks = 2
-    ds = CorgiPileDataset(packed["wds"], shuffle="window", buffer_blocks=buffer_blocks, seed=9)
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle("window", buffer_blocks=buffer_blocks), seed=9)
     ds.set_epoch(4)
     got = indices(ds)
     stream = list(range(ds.manifest.num_samples))
@@ -165,7 +165,7 @@ def test_mode_window_is_a_bounded_sliding_shuffle_of_the_stored_order(packed):
 
 
 def test_mode_full_is_a_permutation_that_ignores_block_boundaries(packed):
-    ds = CorgiPileDataset(packed["wds"], shuffle="full", seed=9)
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle("full"), seed=9)
     got = indices(ds)
     assert sorted(got) == list(range(ds.manifest.num_samples))
     runs = sum(1 for a, b in zip(got, got[1:]) if b == a + 1)
@@ -174,11 +174,11 @@ def test_mode_full_is_a_permutation_that_ignores_block_boundaries(packed):
 
 def test_bad_arguments_are_rejected(packed):
     with pytest.raises(ValueError, match="shuffle"):
-        CorgiPileDataset(packed["wds"], shuffle="random")
+        CorgiPileDataset(packed["wds"], shuffle=Shuffle("random"))
     with pytest.raises(ValueError, match="decode"):
         CorgiPileDataset(packed["wds"], decode="jpeg")
     with pytest.raises(ValueError, match="rank"):
-        CorgiPileDataset(packed["wds"], rank=3, world_size=3)
+        CorgiPileDataset(packed["wds"], ranks=Ranks(rank=3, world_size=3))
 
 
 # --- 2. ranks x workers without torchrun ------------------------------------------------------
@@ -201,8 +201,8 @@ def test_ranks_and_workers_cover_every_sample_with_equal_counts(corpus, packed, 
     for num_workers in (1, 2, 3):
         seen = Counter()
         for rank in range(world):
-            ds = CorgiPileDataset(packed["tfrecord"], shuffle="corgipile", buffer_blocks=2, seed=seed,
-                                  rank=rank, world_size=world, drop_last=drop_last)
+            ds = CorgiPileDataset(packed["tfrecord"], shuffle=Shuffle("corgipile", buffer_blocks=2), seed=seed,
+                                  ranks=Ranks(drop_last=drop_last, rank=rank, world_size=world))
             ds.set_epoch(epoch)
             m, n = ds.manifest, ds.manifest.num_samples
             per_worker = rank_worker_samples(ds, num_workers)
@@ -227,9 +227,9 @@ def test_ranks_and_workers_cover_every_sample_with_equal_counts(corpus, packed, 
 
 def test_world_size_larger_than_the_dataset_with_drop_last_yields_nothing(packed):
     n = CorgiPileDataset(packed["wds"]).manifest.num_samples
-    ds = CorgiPileDataset(packed["wds"], rank=0, world_size=n + 1, drop_last=True)
+    ds = CorgiPileDataset(packed["wds"], ranks=Ranks(drop_last=True, rank=0, world_size=n + 1))
     assert len(ds) == 0 and list(ds) == []
-    ds = CorgiPileDataset(packed["wds"], rank=n, world_size=n + 1)
+    ds = CorgiPileDataset(packed["wds"], ranks=Ranks(rank=n, world_size=n + 1))
     assert len(ds) == 1 and len(list(ds)) == 1
 
 
@@ -242,7 +242,8 @@ def test_dataloader_workers_per_rank_match_the_plan(packed):
     """A real DataLoader(num_workers=2) per rank: counts equal, union complete, order = plan."""
     world, seen = 3, Counter()
     for rank in range(world):
-        ds = CorgiPileDataset(packed["wds"], buffer_blocks=2, seed=11, rank=rank, world_size=world)
+        ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle(buffer_blocks=2), seed=11,
+                              ranks=Ranks(rank=rank, world_size=world))
         ds.set_epoch(2)
         loader = torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None, timeout=60)
         got = [s["key"] for s in loader]
@@ -260,7 +261,7 @@ def test_dataloader_workers_per_rank_match_the_plan(packed):
 @pytest.mark.parametrize("mode", ["corgipile", "window", "full", "block"])
 def test_same_seed_and_epoch_give_the_same_sequence(packed, mode):
     def run(seed, epoch, **kw):
-        ds = CorgiPileDataset(packed["wds"], shuffle=mode, buffer_blocks=2, seed=seed, **kw)
+        ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle(mode, buffer_blocks=2), seed=seed, **kw)
         ds.set_epoch(epoch)
         return keys(ds)
 
@@ -268,8 +269,8 @@ def test_same_seed_and_epoch_give_the_same_sequence(packed, mode):
     assert run(1, 2) == a
     assert run(1, 3) != a and sorted(run(1, 3)) == sorted(a)
     assert run(2, 2) != a
-    assert run(1, 2, rank=1, world_size=2) == run(1, 2, rank=1, world_size=2)
-    ds = CorgiPileDataset(packed["wds"], shuffle=mode, buffer_blocks=2, seed=1)
+    assert run(1, 2, ranks=Ranks(rank=1, world_size=2)) == run(1, 2, ranks=Ranks(rank=1, world_size=2))
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle(mode, buffer_blocks=2), seed=1)
     ds.set_epoch(3)
     keys(ds)
     ds.set_epoch(2)
@@ -277,15 +278,15 @@ def test_same_seed_and_epoch_give_the_same_sequence(packed, mode):
 
 
 def test_mode_none_ignores_seed_and_epoch(packed):
-    a = CorgiPileDataset(packed["wds"], shuffle="none", seed=1)
-    b = CorgiPileDataset(packed["wds"], shuffle="none", seed=2)
+    a = CorgiPileDataset(packed["wds"], shuffle=Shuffle("none"), seed=1)
+    b = CorgiPileDataset(packed["wds"], shuffle=Shuffle("none"), seed=2)
     b.set_epoch(5)
     assert keys(a) == keys(b)
 
 
 def test_two_ranks_read_different_samples(packed):
-    r0 = CorgiPileDataset(packed["wds"], buffer_blocks=2, seed=1, rank=0, world_size=2)
-    r1 = CorgiPileDataset(packed["wds"], buffer_blocks=2, seed=1, rank=1, world_size=2)
+    r0 = CorgiPileDataset(packed["wds"], shuffle=Shuffle(buffer_blocks=2), seed=1, ranks=Ranks(rank=0, world_size=2))
+    r1 = CorgiPileDataset(packed["wds"], shuffle=Shuffle(buffer_blocks=2), seed=1, ranks=Ranks(rank=1, world_size=2))
     a, b = keys(r0), keys(r1)
     assert len(a) == len(b) and set(a) != set(b)
 
@@ -295,7 +296,7 @@ def test_two_ranks_read_different_samples(packed):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("mode", ["corgipile", "block", "window"])
 def test_one_storage_read_per_block(packed, fmt, mode):
-    ds = CorgiPileDataset(packed[fmt], shuffle=mode, buffer_blocks=2)
+    ds = CorgiPileDataset(packed[fmt], shuffle=Shuffle(mode, buffer_blocks=2))
     m = ds.manifest
     assert ds.storage.reads == 0  # construction checks shards without reading them
     count = sum(1 for _ in ds)
@@ -308,7 +309,7 @@ def test_one_storage_read_per_block(packed, fmt, mode):
 
 
 def test_full_mode_reads_once_per_sample(packed):
-    ds = CorgiPileDataset(packed["wds"], shuffle="full")
+    ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle("full"))
     m = ds.manifest
     assert sum(1 for _ in ds) == m.num_samples
     assert ds.storage.reads == m.num_samples == sum(len(p) for p, _ in ds.plan())
@@ -319,7 +320,8 @@ def test_full_mode_reads_once_per_sample(packed):
 def test_reads_per_rank_equal_the_pieces_of_its_plan(packed, world):
     total = 0
     for rank in range(world):
-        ds = CorgiPileDataset(packed["wds"], buffer_blocks=2, seed=4, rank=rank, world_size=world)
+        ds = CorgiPileDataset(packed["wds"], shuffle=Shuffle(buffer_blocks=2), seed=4,
+                              ranks=Ranks(rank=rank, world_size=world))
         m = ds.manifest
         n = sum(1 for _ in ds)
         plan = list(ds.plan())
@@ -363,7 +365,8 @@ def slow_epoch(ds, pause=0.003, on_sample=None):
 @pytest.mark.parametrize("mode", ["corgipile", "block", "window"])
 def test_resident_data_stays_within_buffer_plus_prefetch(big_pack, mode):
     buffer_blocks, prefetch_blocks = 2, 1
-    ds = CorgiPileDataset(big_pack, shuffle=mode, buffer_blocks=buffer_blocks, prefetch_blocks=prefetch_blocks)
+    ds = CorgiPileDataset(big_pack, shuffle=Shuffle(mode, buffer_blocks=buffer_blocks),
+                          reading=Reading(prefetch_blocks=prefetch_blocks))
     largest = int(ds.manifest.blocks.length.max())
     slow_epoch(ds)
     peak = ds.last_reader.peak_resident_bytes
@@ -376,8 +379,8 @@ def test_resident_data_stays_within_buffer_plus_prefetch(big_pack, mode):
 def test_pieces_held_never_exceed_buffer_plus_prefetch(big_pack, buffer_blocks, prefetch_blocks):
     """Independent of peak_resident_bytes: pieces whose read has started (storage.reads counts
     a read as it starts) but whose samples are not all yielded yet, after every sample."""
-    ds = CorgiPileDataset(big_pack, shuffle="corgipile", buffer_blocks=buffer_blocks,
-                          prefetch_blocks=prefetch_blocks)
+    ds = CorgiPileDataset(big_pack, shuffle=Shuffle("corgipile", buffer_blocks=buffer_blocks),
+                          reading=Reading(prefetch_blocks=prefetch_blocks))
     m = ds.manifest
     position = {k: i for i, k in enumerate(m.keys())}
     block_of = np.repeat(np.arange(len(m.blocks)), m.blocks.count)
@@ -445,7 +448,7 @@ def pil_facts(image):
 @pytest.mark.parametrize("decode, facts", [("rgb", rgb_facts), ("pil", pil_facts)], ids=["rgb", "pil"])
 def test_dataloader_decodes_every_image_exactly(image_pack, decode, facts):
     path, originals = image_pack
-    ds = CorgiPileDataset(path, buffer_blocks=2, decode=decode, transform=facts)
+    ds = CorgiPileDataset(path, shuffle=Shuffle(buffer_blocks=2), decode=decode, transform=facts)
     got = list(torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None, timeout=60))
     assert len(got) == len(ds) == len(originals)
     assert Counter(s["key"] for s in got) == Counter(originals.keys())
@@ -467,7 +470,7 @@ def test_rgb_decode_without_transform_is_hwc_uint8(image_pack):
 @pytest.mark.slow
 def test_dataloader_decodes_text_with_a_transform(text_pack):
     path, texts = text_pack
-    ds = CorgiPileDataset(path, buffer_blocks=2, decode="text", transform=shout)
+    ds = CorgiPileDataset(path, shuffle=Shuffle(buffer_blocks=2), decode="text", transform=shout)
     got = list(torch.utils.data.DataLoader(ds, num_workers=2, batch_size=None, timeout=60))
     assert len(got) == len(ds) == len(texts) == 22
     assert Counter(s["key"] for s in got) == Counter(texts.keys())
@@ -499,7 +502,8 @@ def test_missing_shard_fails_on_first_read_naming_the_file(packed, tmp_path, fmt
     shards = sorted(p for p in copy.iterdir() if p.name.startswith("shard-") and not p.name.endswith(".index"))
     victim = shards[1]
     victim.unlink()
-    ds = CorgiPileDataset(f"file://{copy}", shuffle=shuffle, buffer_blocks=1, prefetch_blocks=1)  # no stat per shard
+    ds = CorgiPileDataset(f"file://{copy}", shuffle=Shuffle(shuffle, buffer_blocks=1),
+                          reading=Reading(prefetch_blocks=1))  # no stat per shard
     lost = set(ds.manifest.keys(ds.manifest.shards[1].first_sample,
                                 ds.manifest.shards[1].first_sample + ds.manifest.shards[1].samples))
     got = []
@@ -515,7 +519,7 @@ def test_truncated_shard_fails_while_iterating_naming_the_file(packed, tmp_path)
     shutil.copytree(packed["wds"], copy)
     victim = sorted(copy.glob("shard-*.tar"))[-1]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    ds = CorgiPileDataset(copy, shuffle="none", buffer_blocks=1, prefetch_blocks=1)
+    ds = CorgiPileDataset(copy, shuffle=Shuffle("none", buffer_blocks=1), reading=Reading(prefetch_blocks=1))
     before = set(threading.enumerate())
     got = []
     with pytest.raises(CorruptDataError, match=victim.name) as info:
