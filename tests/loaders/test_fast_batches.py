@@ -5,6 +5,7 @@ that only calls `collate_samples` (which turns the fast path off), and compares 
 names and their order, tensor dtypes and values, lists, and the PackedBytes buffer and offsets."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import shutil
@@ -18,7 +19,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import CorruptDataError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset, PackedBytes
+from corgi_io.loaders import Batches, Blend, Cache, CorgiPileDataset, PackedBytes, Ranks, Reading, Shuffle
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.reading.piece_reader import Residency
 from corgi_io.reading.raw_batches import PieceRows, ResidentRows
@@ -49,9 +50,10 @@ def texts(request, tmp_path_factory):
     return root
 
 
-def both(root, **options):
-    """(fast dataset, per-sample dataset) of the same options."""
-    fast, slow = CorgiPileDataset(root, **options), CorgiPileDataset(root, collate_fn=per_sample, **options)
+def both(root, batching: Batches, **options):
+    """(fast dataset, per-sample dataset) of the same options: the second's batches collated by `per_sample`."""
+    fast = CorgiPileDataset(root, batching=batching, **options)
+    slow = CorgiPileDataset(root, batching=dataclasses.replace(batching, collate_fn=per_sample), **options)
     assert fast.fast_batches and not slow.fast_batches
     return fast, slow
 
@@ -74,22 +76,24 @@ def assert_same(fast_batches, slow_batches):
 
 @pytest.mark.parametrize("shuffle", ["corgipile", "block", "window", "none", "full"])
 def test_every_shuffle_gives_the_per_sample_batches(texts, shuffle):
-    fast, slow = both(texts, shuffle=shuffle, batch_size=7, seed=3, buffer_blocks=3)
+    fast, slow = both(texts, Batches(7), shuffle=Shuffle(shuffle, buffer_blocks=3), seed=3)
     fast.set_epoch(2), slow.set_epoch(2)
     assert len(fast) == len(slow)
     assert_same(fast, slow)
 
 
-@pytest.mark.parametrize("options", [{"balance": "size"}, {"group_by_size": True}, {"drop_last": True},
-                                     {"verify_reads": False}, {"buffer_blocks": 1, "prefetch_blocks": 1}])
-def test_balanced_grouped_and_unverified_batches_are_the_per_sample_ones(texts, options):
-    assert_same(*both(texts, batch_size=16, seed=1, **options))
+@pytest.mark.parametrize("batching, options", [
+    (Batches(16), {"ranks": Ranks(balance="size")}), (Batches(16, group_by_size=True), {}),
+    (Batches(16), {"ranks": Ranks(drop_last=True)}), (Batches(16), {"reading": Reading(verify=False)}),
+    (Batches(16), {"shuffle": Shuffle(buffer_blocks=1), "reading": Reading(prefetch_blocks=1)})])
+def test_balanced_grouped_and_unverified_batches_are_the_per_sample_ones(texts, batching, options):
+    assert_same(*both(texts, batching, seed=1, **options))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_two_ranks_with_two_workers_each(texts, workers):
     for rank in range(2):
-        fast, slow = both(texts, batch_size=9, seed=4, rank=rank, world_size=2, balance="size")
+        fast, slow = both(texts, Batches(9), seed=4, ranks=Ranks(rank=rank, world_size=2, balance="size"))
         loaders = [torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
                    for ds in (fast, slow)]
         assert len(loaders[0]) == len(loaders[1])
@@ -99,7 +103,7 @@ def test_two_ranks_with_two_workers_each(texts, workers):
 def test_a_resumed_epoch_continues_as_the_per_sample_path_does(texts):
     """The resume point counts samples in both paths: a state saved after 3 batches resumes the same batches."""
     rest = []
-    for ds, fresh in zip(both(texts, batch_size=8, seed=2), both(texts, batch_size=8, seed=2)):
+    for ds, fresh in zip(both(texts, Batches(8), seed=2), both(texts, Batches(8), seed=2)):
         loader = StatefulDataLoader(ds, batch_size=None, num_workers=2)
         it = iter(loader)
         for _ in range(3):
@@ -115,7 +119,7 @@ def test_a_resumed_epoch_continues_as_the_per_sample_path_does(texts):
 
 def test_a_blend_gives_the_per_sample_batches_with_their_sources(tmp_path_factory):
     packs = {name: text_pack_of(tmp_path_factory, name, n) for name, n in (("web", 90), ("code", 31))}
-    fast, slow = both(packs, weights={"web": 0.7, "code": 0.3}, samples_per_epoch=150, batch_size=10, seed=5)
+    fast, slow = both(Blend(packs, weights={"web": 0.7, "code": 0.3}, samples_per_epoch=150), Batches(10), seed=5)
     batches = list(fast)
     assert batches[0]["source"] and set(sum((b["source"] for b in batches), [])) == {"web", "code"}
     assert_same(batches, slow)
@@ -133,7 +137,8 @@ def test_a_cached_remote_pack_gives_the_per_sample_batches(http_root, texts, tmp
     served = f"fast-{texts.parent.name}"
     shutil.copytree(texts, directory / served, dirs_exist_ok=True)
     url = f"{base_url.rstrip('/')}/{served}"
-    fast, slow = both(url, batch_size=12, seed=6, cache_dir=tmp_path / "cache", cache_limit=1 << 20, buffer_blocks=2, prefetch_blocks=2)
+    fast, slow = both(url, Batches(12), seed=6, shuffle=Shuffle(buffer_blocks=2), reading=Reading(prefetch_blocks=2),
+                      cache=Cache(tmp_path / "cache", 1 << 20))
     assert_same(fast, slow)
     assert fast.last_reader.cache.fetches + fast.last_reader.cache.hits > 0  # read through the cache
     assert_same(fast, slow)  # again, from the cache
@@ -145,21 +150,22 @@ def test_packs_of_several_fields_per_sample_take_the_per_sample_path(tmp_path):
         write_image(stem.with_suffix(".jpg"), 8, 6, seed=i)
         stem.with_suffix(".txt").write_text(f"caption {i}", encoding="utf-8")
     pack(tmp_path / "src", tmp_path / "pack", PackOptions(), progress=False)
-    ds = CorgiPileDataset(tmp_path / "pack", batch_size=2, seed=0)
+    ds = CorgiPileDataset(tmp_path / "pack", batching=Batches(2), seed=0)
     assert not ds.fast_batches
     assert all(batch["fields"] == [["jpg", "txt"]] * 2 for batch in ds)
 
 
 def test_decode_transform_or_another_collate_take_the_per_sample_path(texts):
-    for options in ({"decode": "text"}, {"transform": len}, {"collate_fn": per_sample}, {}):
-        assert not CorgiPileDataset(texts, **({"batch_size": 4} if options else {}), **options).fast_batches
-    assert CorgiPileDataset(texts, batch_size=4).fast_batches
+    for options in ({"decode": "text", "batching": Batches(4)}, {"transform": len, "batching": Batches(4)},
+                    {"batching": Batches(4, collate_fn=per_sample)}, {}):
+        assert not CorgiPileDataset(texts, **options).fast_batches
+    assert CorgiPileDataset(texts, batching=Batches(4)).fast_batches
 
 
 def test_a_corrupted_record_raises_naming_shard_offset_and_key(texts, tmp_path):
     copy = tmp_path / "pack"
     shutil.copytree(texts, copy)
-    fast = CorgiPileDataset(copy, batch_size=8, seed=0, shuffle="none")
+    fast = CorgiPileDataset(copy, batching=Batches(8), seed=0, shuffle=Shuffle("none"))
     m = fast.manifest
     bad = 37
     shard = m.shards[int(m.samples.shard[bad])].path
@@ -171,7 +177,7 @@ def test_a_corrupted_record_raises_naming_shard_offset_and_key(texts, tmp_path):
 
 def test_the_fast_path_builds_no_sample_dicts(texts, monkeypatch):
     monkeypatch.setattr(PieceSplitter, "split", lambda *a: pytest.fail("a sample dict was built"))
-    assert sum(len(batch["data"]) for batch in CorgiPileDataset(texts, batch_size=5)) == 150
+    assert sum(len(batch["data"]) for batch in CorgiPileDataset(texts, batching=Batches(5))) == 150
 
 
 def rows_of(first: int, payloads: list) -> PieceRows:
@@ -253,7 +259,7 @@ def test_a_worker_reuses_a_shared_buffer_only_once_its_batch_was_copied_out_and_
 
 
 def test_read_buffers_are_reused_across_epochs_without_changing_a_batch(texts):
-    fast, slow = both(texts, batch_size=6, seed=8, buffer_blocks=2, prefetch_blocks=2)
+    fast, slow = both(texts, Batches(6), seed=8, shuffle=Shuffle(buffer_blocks=2), reading=Reading(prefetch_blocks=2))
     for epoch in range(3):
         fast.set_epoch(epoch), slow.set_epoch(epoch)
         assert_same(fast, slow)
