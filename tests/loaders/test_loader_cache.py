@@ -1,4 +1,4 @@
-"""CorgiPileDataset with a cache of remote pieces (cache_dir=): over a real nginx, every epoch yields what the
+"""CorgiPileDataset with a cache of remote pieces (cache=Cache(...)): over a real nginx, every epoch yields what the
 uncached remote read yields, the limit holds, a damaged cached file is fetched again, two processes sharing a
 folder fetch each piece once, and resume works; local packs are never cached."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from corgi_io import ArgumentError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Blend, Cache, CorgiPileDataset, Reading, Shuffle
 from helpers.corpus_factory import write_text
 
-OPTIONS = {"buffer_blocks": 2, "prefetch_blocks": 2, "seed": 5}
+OPTIONS = {"shuffle": Shuffle(buffer_blocks=2), "reading": Reading(prefetch_blocks=2), "seed": 5}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def epoch_samples(ds, epoch: int, during=None) -> list:
 def test_cached_epochs_yield_the_remote_read_and_the_limit_holds(url, local_pack, tmp_path, policy):
     limit = pack_bytes(local_pack) // 2
     plain = CorgiPileDataset(url, **OPTIONS)
-    cached = CorgiPileDataset(url, **OPTIONS, cache_dir=tmp_path, cache_limit=limit, cache_policy=policy)
+    cached = CorgiPileDataset(url, **OPTIONS, cache=Cache(tmp_path, limit, policy=policy))
 
     def within_limit():
         assert folder_bytes(tmp_path) <= limit
@@ -89,7 +89,7 @@ def test_cached_epochs_yield_the_remote_read_and_the_limit_holds(url, local_pack
 
 @pytest.mark.slow
 def test_a_damaged_cached_piece_is_fetched_again(url, local_pack, tmp_path):
-    ds = CorgiPileDataset(url, **OPTIONS, cache_dir=tmp_path, cache_limit=10 * pack_bytes(local_pack))
+    ds = CorgiPileDataset(url, **OPTIONS, cache=Cache(tmp_path, 10 * pack_bytes(local_pack)))
     want = epoch_samples(ds, 0)
     files = sorted(path for path in tmp_path.rglob("*") if path.is_file() and not path.name.startswith("."))
     damaged = files[len(files) // 2]
@@ -124,7 +124,7 @@ def test_two_processes_sharing_a_folder_fetch_each_piece_once(url, local_pack, t
 @pytest.mark.slow
 def test_dataloader_workers_share_the_cache(url, local_pack, tmp_path):
     limit = pack_bytes(local_pack) // 2
-    cached = CorgiPileDataset(url, **OPTIONS, cache_dir=tmp_path, cache_limit=limit)
+    cached = CorgiPileDataset(url, **OPTIONS, cache=Cache(tmp_path, limit))
     plain = CorgiPileDataset(url, **OPTIONS)
     for epoch in range(2):
         for ds in (cached, plain):
@@ -138,7 +138,7 @@ def test_dataloader_workers_share_the_cache(url, local_pack, tmp_path):
 
 @pytest.mark.slow
 def test_resume_with_a_cache_continues_the_epoch(url, local_pack, tmp_path):
-    options = {**OPTIONS, "cache_dir": tmp_path, "cache_limit": pack_bytes(local_pack) // 2}
+    options = {**OPTIONS, "cache": Cache(tmp_path, pack_bytes(local_pack) // 2)}
     first = CorgiPileDataset(url, **options)
     first.set_epoch(1)
     it = iter(first)
@@ -154,30 +154,38 @@ def test_resume_with_a_cache_continues_the_epoch(url, local_pack, tmp_path):
 
 
 def test_a_local_pack_is_never_cached(local_pack, tmp_path):
-    ds = CorgiPileDataset(local_pack, **OPTIONS, cache_dir=tmp_path / "cache", cache_limit=10**9)
+    ds = CorgiPileDataset(local_pack, **OPTIONS, cache=Cache(tmp_path / "cache", 10**9))
     assert len(epoch_samples(ds, 0)) == ds.manifest.num_samples
     assert ds.last_reader.cache is None and not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"cache_limit": 100}, "give both"),
-    ({"cache_dir": "x"}, "cache_limit"),
-    ({"cache_dir": "x", "cache_limit": 0}, "cache_limit"),
-    ({"cache_dir": 3, "cache_limit": 100}, "cache_dir"),
-    ({"cache_dir": "x", "cache_limit": 100, "cache_policy": "fifo"}, "cache_policy"),
+    ({"folder": "x", "limit": 0}, "cache limit"),
+    ({"folder": 3, "limit": 100}, "Cache folder"),
+    ({"folder": "x", "limit": 100, "policy": "fifo"}, "cache policy"),
 ])
-def test_cache_arguments_are_checked(local_pack, options, message):
+def test_cache_arguments_are_checked(options, message):
     with pytest.raises(ArgumentError, match=message):
-        CorgiPileDataset(local_pack, **options)
+        Cache(**options)
+
+
+@pytest.mark.parametrize("options", [{"limit": 100}, {"folder": "x"}])
+def test_a_cache_takes_both_a_folder_and_a_limit(options):
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        Cache(**options)
+
+
+def test_a_cache_is_a_cache_part(local_pack):
+    with pytest.raises(ArgumentError, match="cache= takes Cache"):
+        CorgiPileDataset(local_pack, cache="x")
 
 
 @pytest.mark.slow
 def test_a_blend_caches_its_remote_source_only_and_yields_the_uncached_blend(url, local_pack, tmp_path):
-    sources = {"remote": url, "local": local_pack}
-    options = {**OPTIONS, "weights": {"remote": 0.5, "local": 0.5}, "samples_per_epoch": 90}
+    sources = Blend({"remote": url, "local": local_pack}, weights={"remote": 0.5, "local": 0.5}, samples_per_epoch=90)
     limit = pack_bytes(local_pack) // 2
-    plain = CorgiPileDataset(sources, **options)
-    cached = CorgiPileDataset(sources, **options, cache_dir=tmp_path, cache_limit=limit)
+    plain = CorgiPileDataset(sources, **OPTIONS)
+    cached = CorgiPileDataset(sources, **OPTIONS, cache=Cache(tmp_path, limit))
     remote = cached.packs.packs[0]
     for epoch in range(3):
         before = remote.storage.bytes_read
