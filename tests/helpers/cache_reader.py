@@ -6,13 +6,13 @@ import hashlib
 import json
 import sys
 
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Cache, CorgiPileDataset, Reading, Shuffle
 
 
 def main(url: str, cache_dir: str, limit: str, epoch: str, out: str) -> None:
     """One epoch with the cache; writes {digests: {key: sha256}, fetches, refetches, remote_bytes} to `out`."""
-    ds = CorgiPileDataset(url, buffer_blocks=2, prefetch_blocks=0, seed=5, cache_dir=cache_dir,
-                          cache_limit=int(limit))
+    ds = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=5, reading=Reading(prefetch_blocks=0),
+                          cache=Cache(cache_dir, int(limit)))
     ds.set_epoch(int(epoch))
     digests = {s["key"]: hashlib.sha256(s["data"]).hexdigest() for s in ds}
     cache = ds.last_reader.cache

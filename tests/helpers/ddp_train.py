@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, CorgiPileDataset, Ranks, Shuffle
 
 
 def main():
@@ -34,7 +34,8 @@ def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    dataset = CorgiPileDataset(args.dataset, buffer_blocks=2, balance=args.balance, batch_size=args.batch_size)
+    dataset = CorgiPileDataset(args.dataset, shuffle=Shuffle(buffer_blocks=2), ranks=Ranks(balance=args.balance),
+                               batching=Batches(args.batch_size))
     if args.resume_from:
         dataset.load_state_dict(json.loads(args.resume_from.read_text()))
     model = DistributedDataParallel(torch.nn.Linear(1, 8))

@@ -10,7 +10,7 @@ import webdataset
 from PIL import Image
 
 from corgi_io.errors import DecodeError
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import CorgiPileDataset, Shuffle
 from corgi_io.loaders.decode import token_ids
 from corgi_io.packing import PackOptions, pack
 
@@ -30,7 +30,7 @@ def tokens_pack(tmp_path_factory):
 
 
 def test_the_loader_gives_the_ids_as_int64(tokens_pack):
-    samples = list(CorgiPileDataset(tokens_pack, seed=0, shuffle="none", decode={"npy": "tokens"}))
+    samples = list(CorgiPileDataset(tokens_pack, shuffle=Shuffle("none"), seed=0, decode={"npy": "tokens"}))
     assert [sample["key"] for sample in samples] == list(IDS)
     for sample in samples:
         assert sample["npy"].dtype == torch.int64 and sample["npy"].tolist() == IDS[sample["key"]].tolist()

@@ -12,7 +12,7 @@ import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import ResumeError
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, CorgiPileDataset, Ranks, Shuffle
 from corgi_io import PackOptions, pack
 from helpers.corpus_factory import write_text
 from helpers.packs import text_pack
@@ -31,7 +31,7 @@ def keys_of(batch) -> list:
 
 def loader(ds, workers: int, batch: int = 4, cls=StatefulDataLoader):
     """Batches of 4: the dataset's own (batch mode, collate_samples) or the DataLoader's over samples."""
-    if ds.batch_size is not None:
+    if ds.spec.batch_size is not None:
         return cls(ds, batch_size=None, num_workers=workers)
     return cls(ds, batch_size=batch, num_workers=workers,
                collate_fn=lambda samples: {"key": [s["key"] for s in samples]})
@@ -61,8 +61,9 @@ def state_after(root, n: int, workers: int, epoch=1, **options) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("options", [{}, {"batch_size": 4}, {"shuffle": "window"}, {"shuffle": "full"},
-                                     {"shuffle": "window", "batch_size": 4}])
+@pytest.mark.parametrize("options", [{}, {"batching": Batches(4)}, {"shuffle": Shuffle("window")},
+                                     {"shuffle": Shuffle("full")},
+                                     {"shuffle": Shuffle("window"), "batching": Batches(4)}])
 def test_exact_resume_yields_the_same_remaining_batches(packed, workers, options):
     for n in (1, 9, 19):
         saved = state_after(packed, n, workers, **options)
@@ -88,13 +89,13 @@ def test_a_state_saved_at_the_end_of_an_epoch_resumes_to_nothing_then_the_next_e
 
 @pytest.mark.slow
 def test_resume_in_a_new_process(packed, tmp_path):
-    saved = state_after(packed, 7, 2, batch_size=4)
+    saved = state_after(packed, 7, 2, batching=Batches(4))
     (tmp_path / "state.json").write_text(json.dumps(saved))
     script = f"""
 import json, sys
 from torchdata.stateful_dataloader import StatefulDataLoader
-from corgi_io.loaders import CorgiPileDataset
-ds = CorgiPileDataset({str(packed)!r}, batch_size=4)
+from corgi_io.loaders import Batches, CorgiPileDataset
+ds = CorgiPileDataset({str(packed)!r}, batching=Batches(4))
 ds.set_epoch(1)
 loader = StatefulDataLoader(ds, batch_size=None, num_workers=2)
 loader.load_state_dict(json.load(open({str(tmp_path / 'state.json')!r})))
@@ -102,15 +103,17 @@ print(json.dumps([b["key"] for b in loader]))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    whole, _ = batches_after(packed, saved, 7, 2, batch_size=4)
+    whole, _ = batches_after(packed, saved, 7, 2, batching=Batches(4))
     assert json.loads(out.stdout) == whole[7:]
 
 
-@pytest.mark.parametrize("change,words", [({"seed": 1}, "seed"), ({"shuffle": "block", "batch_size": None}, "shuffle"),
-                                          ({"batch_size": 8}, "batch_size"), ({"buffer_blocks": 4}, "buffer_blocks")])
+@pytest.mark.parametrize("change,words", [({"seed": 1}, "seed"),
+                                          ({"shuffle": Shuffle("block"), "batching": None}, "shuffle"),
+                                          ({"batching": Batches(8)}, "batch_size"),
+                                          ({"shuffle": Shuffle(buffer_blocks=4)}, "buffer_blocks")])
 def test_a_mismatched_state_is_refused(packed, change, words):
-    saved = state_after(packed, 3, 0, batch_size=4)
-    ds = CorgiPileDataset(packed, **{"batch_size": 4, **change})
+    saved = state_after(packed, 3, 0, batching=Batches(4))
+    ds = CorgiPileDataset(packed, **{"batching": Batches(4), **change})
     with pytest.raises(ResumeError, match=words):
         ds.load_state_dict(saved)
 
@@ -131,7 +134,7 @@ def run_world(root, world: int, workers: int, batches: int | None, saved=None, e
     """Each rank's yielded keys (all of them, or its first `batches` batches) and rank 0's loader state."""
     keys, state = [], None
     for rank in range(world):
-        ds = CorgiPileDataset(root, rank=rank, world_size=world, **options)
+        ds = CorgiPileDataset(root, ranks=Ranks(rank=rank, world_size=world), **options)
         ds.set_epoch(epoch)
         if saved is not None:
             ds.load_state_dict(saved)
@@ -149,7 +152,8 @@ def run_world(root, world: int, workers: int, batches: int | None, saved=None, e
 
 @pytest.mark.slow
 @pytest.mark.parametrize("old,new", [((2, 2), (3, 2)), ((4, 2), (2, 0)), ((3, 2), (3, 0)), ((2, 0), (3, 2))])
-@pytest.mark.parametrize("options", [{}, {"batch_size": 4}, {"batch_size": 4, "shuffle": "block"}])
+@pytest.mark.parametrize("options", [{}, {"batching": Batches(4)},
+                                     {"batching": Batches(4), "shuffle": Shuffle("block")}])
 def test_elastic_resume_yields_every_remaining_sample_once_with_equal_steps(packed, old, new, options):
     (w0, k0), (w1, k1) = old, new
     before, saved = run_world(packed, w0, k0, 5, **options)
@@ -176,8 +180,8 @@ def test_a_dataset_that_iterated_still_pickles_for_spawn_workers(packed):
 @pytest.mark.slow
 def test_a_state_saved_before_the_resumed_epoch_runs_keeps_the_resume_point(packed):
     before, saved = run_world(packed, 2, 2, 5)
-    ds = CorgiPileDataset(packed, rank=0, world_size=3)
+    ds = CorgiPileDataset(packed, ranks=Ranks(rank=0, world_size=3))
     ds.load_state_dict(saved)
-    again = CorgiPileDataset(packed, rank=0, world_size=3)
+    again = CorgiPileDataset(packed, ranks=Ranks(rank=0, world_size=3))
     again.load_state_dict(json.loads(json.dumps(ds.state_dict())))  # checkpointed again before any step
     assert [s["key"] for s in again] == [s["key"] for s in ds]

@@ -16,7 +16,7 @@ import json
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, Blend, Budget, CorgiPileDataset, Shuffle, TokenRows
 from helpers.packs import text_pack, token_pack
 
 EPOCHS = 2
@@ -86,14 +86,14 @@ def around_epoch_start(whole) -> list:
 
 
 def test_every_step_of_two_epochs_resumes_exactly_with_two_persistent_workers(texts):
-    make = lambda: CorgiPileDataset(texts, batch_size=4, buffer_blocks=2, seed=3)  # noqa: E731
+    make = lambda: CorgiPileDataset(texts, shuffle=Shuffle(buffer_blocks=2), seed=3, batching=Batches(4))  # noqa: E731
     assert lost_or_repeated(make, 2) == {}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 1, 3])
 def test_every_step_resumes_exactly_with_other_worker_counts(texts, workers):
-    make = lambda: CorgiPileDataset(texts, batch_size=4, buffer_blocks=2, seed=3)  # noqa: E731
+    make = lambda: CorgiPileDataset(texts, shuffle=Shuffle(buffer_blocks=2), seed=3, batching=Batches(4))  # noqa: E731
     assert lost_or_repeated(make, workers) == {}
 
 
@@ -102,10 +102,12 @@ def test_every_step_resumes_exactly_with_other_worker_counts(texts, workers):
 @pytest.mark.parametrize("kind", ["blend", "pack_length", "batch_budget", "samples"])
 def test_the_first_steps_of_an_epoch_resume_exactly_for_every_kind_of_item(texts, blend, tokens, kind, workers):
     make = {
-        "blend": lambda: CorgiPileDataset(blend, weights={"a": 0.6, "b": 0.4}, batch_size=5, buffer_blocks=2),
-        "pack_length": lambda: CorgiPileDataset(tokens, pack_length=16, batch_size=2, buffer_blocks=2),
-        "batch_budget": lambda: CorgiPileDataset(texts, batch_budget=40, buffer_blocks=2),
-        "samples": lambda: CorgiPileDataset(texts, buffer_blocks=2),
+        "blend": lambda: CorgiPileDataset(Blend(blend, weights={"a": 0.6, "b": 0.4}),
+                                          shuffle=Shuffle(buffer_blocks=2), batching=Batches(5)),
+        "pack_length": lambda: CorgiPileDataset(tokens, shuffle=Shuffle(buffer_blocks=2),
+                                                batching=TokenRows(16, batch_size=2)),
+        "batch_budget": lambda: CorgiPileDataset(texts, shuffle=Shuffle(buffer_blocks=2), batching=Budget(40)),
+        "samples": lambda: CorgiPileDataset(texts, shuffle=Shuffle(buffer_blocks=2)),
     }[kind]
     assert lost_or_repeated(make, workers, around_epoch_start) == {}
 
@@ -113,9 +115,9 @@ def test_the_first_steps_of_an_epoch_resume_exactly_for_every_kind_of_item(texts
 TRAIN = """
 import json, os, signal, sys
 from torchdata.stateful_dataloader import StatefulDataLoader
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, Blend, CorgiPileDataset, Shuffle
 blend, kill_at, state_file = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-ds = CorgiPileDataset(blend, weights={"a": 0.6, "b": 0.4}, batch_size=5, buffer_blocks=2)
+ds = CorgiPileDataset(Blend(blend, weights={"a": 0.6, "b": 0.4}), shuffle=Shuffle(buffer_blocks=2), batching=Batches(5))
 loader = StatefulDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True, timeout=120)
 first, step = 0, 0
 if os.path.exists(state_file):
@@ -140,7 +142,8 @@ def test_a_blend_killed_at_the_first_step_of_an_epoch_resumes_exactly_in_a_new_p
     import subprocess
     import sys
 
-    whole, _ = run(lambda: CorgiPileDataset(blend, weights={"a": 0.6, "b": 0.4}, batch_size=5, buffer_blocks=2), 2)
+    whole, _ = run(lambda: CorgiPileDataset(Blend(blend, weights={"a": 0.6, "b": 0.4}),
+                                            shuffle=Shuffle(buffer_blocks=2), batching=Batches(5)), 2)
     kill_at = next(k for k, (epoch, _) in enumerate(whole) if epoch == 1) + 1  # just after epoch 1's first batch
     args = [json.dumps({name: str(path) for name, path in blend.items()}), str(kill_at), str(tmp_path / "state.json")]
 

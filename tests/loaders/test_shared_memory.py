@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from corgi_io.loaders import CorgiPileDataset, ImageDecoder
+from corgi_io.loaders import Batches, CorgiPileDataset, ImageDecoder
 from corgi_io.loaders import shared_memory
 from corgi_io.loaders.collate import Batch
 from corgi_io.loaders.shared_memory import SharedBuffers
@@ -92,7 +92,7 @@ def received_inodes(monkeypatch) -> list:
 @pytest.mark.parametrize("hold", [False, True])
 def test_worker_batches_stay_intact_while_held_and_their_memory_is_reused_once_dropped(jpegs, monkeypatch, hold):
     inodes = received_inodes(monkeypatch)
-    ds = CorgiPileDataset(jpegs, batch_size=4, decode=ImageDecoder(size=(256, 320)), seed=4)
+    ds = CorgiPileDataset(jpegs, seed=4, batching=Batches(4), decode=ImageDecoder(size=(256, 320)))
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60, persistent_workers=True)
     held, batches = [], 0
     for epoch in range(2):
