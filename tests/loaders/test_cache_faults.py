@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from corgi_io import CorruptDataError, PackOptions, open_manifest, pack
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Cache, CorgiPileDataset, Reading, Shuffle
 from corgi_io.loaders.piece_cache import FINGERPRINT_CHARS, RemoteCache
 from corgi_io.reading import PieceReader
 from corgi_io.reading.piece_cache import PieceCache
@@ -153,8 +153,8 @@ def test_a_full_cache_disk_does_not_stop_the_epoch(http_root, big_pack, tmp_path
     want = truth(big_pack)
     with small_disk(tmp_path / "disk", DISK) as disk, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = CorgiPileDataset(url, buffer_blocks=2, seed=3, cache_dir=disk, cache_limit=100 * DISK,
-                              storage_options=QUICK_RETRIES)
+        ds = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=3,
+                              reading=Reading(storage_options=QUICK_RETRIES), cache=Cache(disk, 100 * DISK))
         for epoch in range(2):  # the second reads what the first could keep, fetches the rest, and stops again
             assert sorted(read_epoch(ds, epoch, workers)) == want  # each sample once, with its packed bytes
         assert temporary_files(disk) == []
@@ -177,8 +177,9 @@ def test_a_full_cache_disk_does_not_stop_the_epoch(http_root, big_pack, tmp_path
 def test_a_warm_cache_reads_an_epoch_while_the_server_is_down(http_server, http_root, small_pack, tmp_path,
                                                               workers, persistent):
     url = served(http_root, small_pack, "cache-faults-warm")
-    ds = CorgiPileDataset(url, buffer_blocks=2, seed=3, prefetch_blocks=2, cache_dir=tmp_path,
-                          cache_limit=10**9, storage_options=QUICK_RETRIES)
+    ds = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=3,
+                          reading=Reading(prefetch_blocks=2, storage_options=QUICK_RETRIES),
+                          cache=Cache(tmp_path, 10**9))
     loader = torch.utils.data.DataLoader(ds, num_workers=workers, batch_size=None, timeout=60,
                                          persistent_workers=persistent) if workers else ds
     ds.set_epoch(0)
@@ -196,11 +197,11 @@ def test_a_warm_cache_reads_an_epoch_while_the_server_is_down(http_server, http_
 @pytest.mark.slow
 def test_a_repacked_pack_under_the_same_url_yields_no_stale_byte(http_root, small_pack, tmp_path):
     url = served(http_root, small_pack, "cache-faults-repack")
-    old = CorgiPileDataset(url, buffer_blocks=2, seed=3, cache_dir=tmp_path / "cache", cache_limit=10**9)
+    old = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=3, cache=Cache(tmp_path / "cache", 10**9))
     assert sorted(read_epoch(old, 0)) == truth(small_pack)
     repacked = make_pack(tmp_path / "repack", 128, 60, 8, 8_000, seed=1)  # other texts, same shard names
     served(http_root, repacked, "cache-faults-repack")
-    new = CorgiPileDataset(url, buffer_blocks=2, seed=3, cache_dir=tmp_path / "cache", cache_limit=10**9)
+    new = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=3, cache=Cache(tmp_path / "cache", 10**9))
     # the worst case: the new pack's folder holds the old pack's pieces under the same names
     folders = [tmp_path / "cache" / ds.packs.fingerprint[:FINGERPRINT_CHARS] for ds in (old, new)]
     if folders[1] != folders[0]:
