@@ -15,7 +15,7 @@ from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
 from corgi_io.packing.pipeline import DEFAULT_MAP_TIMEOUT
 from corgi_io.packing.pack_plan import DEFAULT_MAX_SAMPLE_BYTES
-from corgi_io.packing.sources import FORMS
+from corgi_io.packing.sources.forms import FORMS
 from corgi_io.packing.transforms.image import IMAGE_FORMATS
 from corgi_io.report.stats import counted
 

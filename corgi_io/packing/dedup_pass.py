@@ -29,7 +29,7 @@ from corgi_io.manifest import DUPLICATE_REASON  # noqa: F401  (the skip reason o
 from corgi_io.packing import executors
 from corgi_io.packing.regular_files import read_regular_file
 from corgi_io.packing.sample_rules import SampleRules
-from corgi_io.packing.sources import Unit, read_unit
+from corgi_io.packing.sources.unit_list import Unit, read_unit
 from corgi_io.packing.table import Table, read_rows
 from corgi_io.packing.transforms.dedup import content_hash, first_occurrences_chunked
 from corgi_io.storage.atomic import atomic_output

@@ -8,64 +8,22 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import sys
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from corgi_io.errors import BadInput, CorpusError
-from corgi_io.formats import RESERVED_FIELDS
 from corgi_io.manifest.fields import KINDS, check_field_name, default_primary, field_kind
+from corgi_io.packing.skip_reasons import (MAX_WARNINGS, RESERVED_PRIMARY, empty_corpus, not_regular_reason,
+                                          reserved_reason, too_large_reason, unusable_extra, warn)
 from corgi_io.packing.spool import SpooledColumn, SpooledStrings
 from corgi_io.packing.walk import extension, field_name, key_from_path, printable
 
-
 KIND_ID = {kind: i for i, kind in enumerate(KINDS)}
-MAX_WARNINGS = 20  # skipped inputs warned one line each; the rest are counted in one line
 MAX_EXTENSIONS = int(np.iinfo(np.uint16).max) + 1  # the manifest's extension column is uint16
 MAX_FIELDS = 64  # the manifest's field mask column is uint64
-_FILE_TYPES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
-# Names no field but the primary may take: the shard formats' own (formats.RESERVED_FIELDS: the label member cls,
-# the TFRecord features, the loader's sample keys) and `source`, which a blend gives each sample it loads.
-RESERVED_NAMES = RESERVED_FIELDS | {"source"}
-# The primary is loaded as `data` and named by `ext`, so it may take those names, but not the label member's.
-RESERVED_PRIMARY = frozenset({"cls"})
 _NUMERIC = {"nbytes": np.int64, "key_bytes": np.uint32, "kind": np.uint8, "ext": np.uint16, "label": np.int32,
             "key_hash": np.int64, "fields": np.uint64}
-
-
-def not_regular_reason(mode: int) -> str:
-    """Why a file of this `st_mode` is not packed: only regular files are (FIFOs could block a read forever)."""
-    what = next((name for test, name in _FILE_TYPES if test(mode)), "an unknown file type")
-    return f"not a regular file ({what})"
-
-
-def too_large_reason(nbytes: int, most: int, limit_name: str = "--max-sample-bytes") -> str:
-    """Why a file or field of `nbytes` bytes is not packed when it may have at most `most` (`limit_name`: the option
-    that sets that limit)."""
-    return f"{nbytes:,} bytes, above the limit of {most:,} ({limit_name})"
-
-
-def empty_corpus(source, skipped: list) -> CorpusError:
-    """The error of a SOURCE that leaves no sample to pack: how many inputs were skipped, and the first and why."""
-    first = f", first: {skipped[0]['path']}: {skipped[0]['reason']}" if skipped else ""
-    every = "every sample was skipped: " if skipped else ""
-    return CorpusError(f"{source}: the corpus is empty ({every}{len(skipped)} skipped{first})")
-
-
-def reserved_reason(name: str) -> str:
-    """Why a field may not be named `name` (RESERVED_NAMES; RESERVED_PRIMARY for the primary)."""
-    return f"field {name!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})"
-
-
-def unusable_extra(name: str) -> str | None:
-    """The reason of the skip record of a field read from SOURCE, other than its sample's primary, that is left out of
-    its sample (a reserved name); None when it is packed.  The one rule, and text, of both pipelines (the folder walk:
-    `SampleGrouper`; shards and tables: `sample_rules.SampleRules`): its sample is packed without it.  A field with a
-    reserved name that --map returns skips the whole sample instead (`sample_rules.check_fields`): the code is wrong."""
-    return f"{reserved_reason(name)}: left out, the sample packed without it" if name in RESERVED_NAMES else None
 
 
 class SampleGrouper:
@@ -299,8 +257,3 @@ def _relabelled(column: np.ndarray, new_ids: list) -> np.ndarray:
     """`column` with each provisional id i replaced by new_ids[i]; -1 (unlabeled) stays -1."""
     lookup = np.array([*new_ids, -1]).astype(column.dtype)  # index -1 picks the appended -1
     return lookup[column]
-
-
-def warn(message: str) -> None:
-    """A one-line warning on stderr that does not break a progress bar."""
-    tqdm.write(f"corgi pack: warning: {message}", file=sys.stderr)

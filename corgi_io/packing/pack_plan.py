@@ -17,7 +17,8 @@ from corgi_io.manifest import DEFAULT_MAX_PIXELS
 from corgi_io.packing import layout
 from corgi_io.packing.regular_files import DEFAULT_MAX_SAMPLE_BYTES
 from corgi_io.manifest.fields import check_field_name
-from corgi_io.packing.sources import FORMS, check_field_mapping
+from corgi_io.packing.sources.forms import FORMS
+from corgi_io.packing.sources.values import check_field_mapping
 from corgi_io.packing.transforms.chain import checking_options
 from corgi_io.packing.transforms import ImageResize, SizeFilter, Tokenize, TransformChain
 from corgi_io.packing.transforms.image import renamed_field

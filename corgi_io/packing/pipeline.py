@@ -37,7 +37,7 @@ from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, open_manifest, s
 from corgi_io.packing import layout
 from corgi_io.packing.columns import ManifestColumns
 from corgi_io.packing.corpus import check_source, discover
-from corgi_io.packing.grouping import empty_corpus, warn
+from corgi_io.packing.skip_reasons import empty_corpus, warn
 from corgi_io.packing.encode import ShardTask, write_shard
 from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
 from corgi_io.packing.executors import RESUME_HINT, open_executor
@@ -47,7 +47,7 @@ from corgi_io.packing.pack_plan import PackOptions, PackPlan, make_plan
 from corgi_io.packing.progress_bar import PackProgress
 from corgi_io.packing.records import load_finished, record_path
 from corgi_io.packing.user_code import load_function
-from corgi_io.packing.sources import SOURCE_MODULES, source_form
+from corgi_io.packing.sources.forms import SOURCE_MODULES, source_form
 from corgi_io.packing.table import Table, write_table
 from corgi_io.packing.sample_rules import OutputRules
 from corgi_io.packing.unit_pipeline import pack_units

@@ -12,7 +12,7 @@ import time
 
 from tqdm import tqdm
 
-from corgi_io.packing.grouping import MAX_WARNINGS
+from corgi_io.packing.skip_reasons import MAX_WARNINGS
 
 SHOW_EVERY = 0.5  # seconds between MB/s updates
 

@@ -5,7 +5,7 @@ import os
 import stat
 
 from corgi_io.errors import BadInput
-from corgi_io.packing.grouping import not_regular_reason, too_large_reason
+from corgi_io.packing.skip_reasons import not_regular_reason, too_large_reason
 
 DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 MAX_READ = 0x7FFFF000  # the most one read() returns on Linux

@@ -2,7 +2,7 @@
 
 In order: ``--require`` (a sample without a required field is left out), the primary field
 (``--primary``, else the first field of ``--kind``, else the first image, video or text field),
-a field other than the primary with a reserved name left out (`grouping.unusable_extra`, the folder
+a field other than the primary with a reserved name left out (`skip_reasons.unusable_extra`, the folder
 walk's rule too: a skip record, the sample kept, even under strict), ``--max-sample-bytes`` on every
 field, the primary field's size (pixels, frames, tokens; ``--max-pixels``), the pack-time transforms,
 and the ``--min-size``/``--max-size`` filter on the final size.  A sample left out by a rule
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest.fields import KINDS, default_primary, field_kind
-from corgi_io.packing.grouping import (RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason,
-                                      unusable_extra)
+from corgi_io.packing.skip_reasons import (RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason,
+                                          unusable_extra)
 from corgi_io.packing.sample import PackSample
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
@@ -176,7 +176,7 @@ class SampleRules:
 
 def _usable_fields(fields: dict, primary: str) -> tuple:
     """(`fields` less those read with a name only the primary may take, [{"reason": ...}] for each left out): the
-    rule of `grouping.unusable_extra`, the folder walk's too; the sample is packed without them."""
+    rule of `skip_reasons.unusable_extra`, the folder walk's too; the sample is packed without them."""
     reasons = {name: reason for name in fields if name != primary and (reason := unusable_extra(name)) is not None}
     if not reasons:
         return fields, []

@@ -1,6 +1,6 @@
 """Packing existing shards or tables (``corgi pack --from wds|tfrecord|parquet|jsonl``): a task per source unit.
 
-1. The units are listed (`sources.units`: the tar or TFRecord files, sorted, or a Parquet file's
+1. The units are listed (`sources.unit_list.list_units`: the tar or TFRecord files, sorted, or a Parquet file's
    row groups from its footer); nothing else is read, so planning is one listing plus the footers.
 2. OUTPUT is claimed with the pack's identity (its options, the units and, for local files, their
    sizes and modification times), and the units an earlier run finished (`load_unit_done`) are
@@ -25,9 +25,9 @@ from dataclasses import asdict, replace
 from corgi_io.manifest import MANIFEST_VERSION, SAMPLE_COLUMNS, save_manifest
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
 from corgi_io.packing.dedup_pass import HashTask, find_duplicates, hash_file, run_hashes
-from corgi_io.packing.grouping import empty_corpus, warn
+from corgi_io.packing.skip_reasons import empty_corpus, warn
 from corgi_io.packing.output import claim_output, finish_output, open_output, open_partial
-from corgi_io.packing.sources import units as list_units
+from corgi_io.packing.sources.unit_list import list_units
 from corgi_io.packing.unit_manifest import UnitManifest
 from corgi_io.packing.unit_records import load_unit_done, unit_record_path
 from corgi_io.packing.unit_writer import UnitTask, write_unit

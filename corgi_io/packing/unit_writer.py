@@ -25,7 +25,7 @@ from corgi_io.packing.dedup_pass import duplicate_mask
 from corgi_io.packing.pack_plan import PackOptions
 from corgi_io.packing.sample_rules import SampleRules
 from corgi_io.packing.shard_file import ShardFile, naming
-from corgi_io.packing.sources import Unit, read_unit
+from corgi_io.packing.sources.unit_list import Unit, read_unit
 from corgi_io.packing.unit_records import UnitColumns, UnitDone, save_unit_record, unit_shard_name
 
 REPORT_EVERY = 256  # samples between progress reports

@@ -22,7 +22,8 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, run.returnc
 _GROWTH_OF_A_READ = """
 import ast, resource, sys
 import pyarrow.parquet
-from corgi_io.packing.sources import Unit, parquet, read_unit
+from corgi_io.packing.sources import parquet
+from corgi_io.packing.sources.unit_list import Unit, read_unit
 path, rows, parquet.BATCH_BYTES, limits = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), ast.literal_eval(sys.argv[4])
 skips, before = [], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 count = sum(1 for _ in read_unit(Unit("parquet", path, 0, 0, rows), columns={"txt": "txt"}, on_skip=skips.append,

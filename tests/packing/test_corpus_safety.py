@@ -21,7 +21,7 @@ import pytest
 
 from corgi_io.packing.encode import read_regular_file
 from corgi_io.packing.corpus import discover
-from corgi_io.packing.grouping import MAX_WARNINGS
+from corgi_io.packing.skip_reasons import MAX_WARNINGS
 from corgi_io.packing.walk import key_from_path
 from corgi_io.manifest.names import key_problem
 from corgi_io.errors import BadInput
@@ -361,7 +361,7 @@ def test_cli_choices_come_from_the_one_list():
     from corgi_io.cli.pack import pack_command
     from corgi_io.manifest import FORMATS, KINDS
 
-    from corgi_io.packing.sources import FORMS
+    from corgi_io.packing.sources.forms import FORMS
     from corgi_io.packing.transforms.image import IMAGE_FORMATS
 
     choices = {p.name: tuple(p.type.choices) for p in pack_command.params if hasattr(p.type, "choices")}

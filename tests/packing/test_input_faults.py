@@ -20,7 +20,7 @@ from corgi_io.formats.example_proto import _delimited, decode_example, encode_ex
 from corgi_io.formats.tfrecord import masked_crc
 from corgi_io.images.pillow import open_image
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, read_unit
+from corgi_io.packing.sources.unit_list import Unit, read_unit
 from corgi_io.packing.transforms.image import ImageResize
 from corgi_io.packing.transforms.tokenize import MAX_TOKENIZER_BYTES, Tokenize
 from helpers.parquet_bombs import bomb, pack_peak

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from corgi_io.packing.sources import Unit, read_unit
+from corgi_io.packing.sources.unit_list import Unit, read_unit
 from helpers.parquet_bombs import bomb
 
 pa = pytest.importorskip("pyarrow")

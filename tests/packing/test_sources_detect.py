@@ -6,7 +6,9 @@ import pickle
 import pytest
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
-from corgi_io.packing.sources import Unit, check_label, check_field_mapping, checked_key, detect, skip_or_raise, units
+from corgi_io.packing.sources.forms import detect
+from corgi_io.packing.sources.unit_list import Unit, list_units
+from corgi_io.packing.sources.values import check_field_mapping, check_label, checked_key, skip_or_raise
 
 
 @pytest.mark.parametrize("source, form", [
@@ -47,16 +49,16 @@ def test_from_forces_the_form_and_is_checked():
 def test_units_of_a_folder_are_its_shards_sorted(tmp_path):
     for name in ("b.tar", "a.tar", ".hidden.tar"):
         (tmp_path / name).write_bytes(b"")
-    assert units(str(tmp_path)) == [Unit("wds", str(tmp_path / "a.tar")), Unit("wds", str(tmp_path / "b.tar"))]
-    assert units(str(tmp_path / "a.tar")) == [Unit("wds", str(tmp_path / "a.tar"))]
+    assert list_units(str(tmp_path)) == [Unit("wds", str(tmp_path / "a.tar")), Unit("wds", str(tmp_path / "b.tar"))]
+    assert list_units(str(tmp_path / "a.tar")) == [Unit("wds", str(tmp_path / "a.tar"))]
 
 
 def test_units_refuse_what_walk_reads_and_what_is_missing(tmp_path):
     (tmp_path / "cat").mkdir()
     with pytest.raises(CorpusError, match="is a folder SOURCE, which packing.walk reads"):
-        units(str(tmp_path))
+        list_units(str(tmp_path))
     with pytest.raises(CorpusError, match="no such file or folder"):
-        units(str(tmp_path / "missing.tar"))
+        list_units(str(tmp_path / "missing.tar"))
 
 
 def test_a_unit_is_small_and_picklable():

@@ -6,7 +6,8 @@ import pytest
 
 from corgi_io.errors import ArgumentError, BadInput
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, detect, read_unit, units
+from corgi_io.packing.sources.forms import detect
+from corgi_io.packing.sources.unit_list import Unit, list_units, read_unit
 
 COLUMNS = {"txt": "caption", "json": "meta.raw", "label": "label"}
 
@@ -23,8 +24,8 @@ def test_inline_values_are_samples_and_jsonl_is_a_listing_unless_chosen(tmp_path
     path.write_text('{"caption": "a cat", "meta": {"raw": "{}"}, "label": 3}\n\n'
                     '{"caption": "ünï", "label": null}\n', encoding="utf-8")
     assert detect(str(path)) == "listing"
-    assert units(str(path), from_="jsonl") == [Unit("jsonl", str(path))]
-    assert units(str(tmp_path), from_="jsonl") == [Unit("jsonl", str(path))]
+    assert list_units(str(path), from_="jsonl") == [Unit("jsonl", str(path))]
+    assert list_units(str(tmp_path), from_="jsonl") == [Unit("jsonl", str(path))]
     assert read(path) == ([PackSample("rows/1", 3, {"txt": b"a cat", "json": b"{}"}),
                            PackSample("rows/3", -1, {"txt": "ünï".encode()})], [])
 

@@ -11,7 +11,7 @@ from tfrecord.tools.tfrecord2idx import create_index
 
 from corgi_io.errors import ArgumentError, BadInput
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, read_unit, units
+from corgi_io.packing.sources.unit_list import Unit, list_units, read_unit
 
 FEATURES = {"jpg": "image/encoded", "txt": "image/text", "label": "image/class/label"}
 
@@ -55,7 +55,7 @@ def offsets(path):
 @pytest.mark.parametrize("index", [False, True])
 def test_records_come_out_exactly_as_written_with_or_without_index(tmp_path, index):
     path = write_records(tmp_path / "train-0.tfrecord", [record(i) for i in range(3)], index=index)
-    assert units(str(tmp_path)) == [Unit("tfrecord", path)]
+    assert list_units(str(tmp_path)) == [Unit("tfrecord", path)]
     assert read(path) == ([expected(i) for i in range(3)], [])
 
 

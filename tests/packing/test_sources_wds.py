@@ -15,7 +15,7 @@ import webdataset
 
 from corgi_io.errors import BadInput
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, read_unit, units
+from corgi_io.packing.sources.unit_list import Unit, list_units, read_unit
 
 
 def write_samples(path, count=3):
@@ -57,7 +57,7 @@ def write_tar(path, members):
 
 def test_samples_come_out_exactly_as_written(tmp_path):
     path = write_samples(tmp_path / "a.tar")
-    assert units(path) == [Unit("wds", path)]
+    assert list_units(path) == [Unit("wds", path)]
     assert read(path) == ([expected(i) for i in range(3)], [])
     assert [sample.primary() for sample in read(path)[0]] == ["jpg"] * 3
 
@@ -82,7 +82,7 @@ def test_a_gzipped_tar_and_an_fsspec_url_read_the_same(tmp_path):
     with fsspec.open("memory://sources/a.tar", "wb") as f:
         f.write(data)
     assert read(tmp_path / "a.tar.gz") == read(path)
-    assert units("memory://sources") == [Unit("wds", "memory://sources/a.tar")]
+    assert list_units("memory://sources") == [Unit("wds", "memory://sources/a.tar")]
     assert read("memory://sources/a.tar") == read(path)
 
 

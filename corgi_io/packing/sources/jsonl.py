@@ -19,7 +19,8 @@ import posixpath
 
 from corgi_io.errors import ArgumentError, BadInput
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources.unit_list import Unit
+from corgi_io.packing.sources.values import check_field_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".jsonl",)
 MAX_LINE_BYTES = 1 << 26

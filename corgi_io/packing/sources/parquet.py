@@ -35,8 +35,9 @@ from typing import NamedTuple
 
 from corgi_io.errors import ArgumentError, BadInput, CorpusError
 from corgi_io.packing.regular_files import DEFAULT_MAX_SAMPLE_BYTES
-from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources.unit_list import Unit
 from corgi_io.packing.sources.parquet_pages import pages
+from corgi_io.packing.sources.values import check_field_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".parquet",)
 BATCH_ROWS = 256

@@ -23,7 +23,8 @@ from corgi_io.errors import BadInput
 from corgi_io.formats.example_proto import decode_example
 from corgi_io.formats.tfrecord import FRAME, masked_crc
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_field_mapping, open_binary, sample_from_values, skip_or_raise
+from corgi_io.packing.sources.unit_list import Unit
+from corgi_io.packing.sources.values import check_field_mapping, open_binary, sample_from_values, skip_or_raise
 
 SUFFIXES = (".tfrecord", ".tfrecords")
 MAX_RECORD_BYTES = 1 << 30

@@ -29,7 +29,8 @@ import tarfile
 from corgi_io.errors import BadInput
 from corgi_io.manifest.fields import check_field_name
 from corgi_io.packing.sample import PackSample
-from corgi_io.packing.sources import Unit, check_label, checked_key, open_binary, skip_or_raise
+from corgi_io.packing.sources.unit_list import Unit
+from corgi_io.packing.sources.values import check_label, checked_key, open_binary, skip_or_raise
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
 MAX_MEMBER_BYTES = 1 << 30
