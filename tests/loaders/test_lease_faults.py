@@ -7,7 +7,7 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 import torch
 
-from corgi_io.loaders import CorgiPileDataset, ImageDecoder
+from corgi_io.loaders import Batches, CorgiPileDataset, Decoding, ImageDecoder, Shuffle
 from corgi_io.loaders import shared_memory
 from corgi_io.loaders.collate import Batch, collate_samples
 
@@ -68,8 +68,8 @@ def with_channels_first(samples):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_a_held_view_of_a_worker_batch_is_not_overwritten_when_its_sibling_view_is_dropped(jpegs):
-    ds = CorgiPileDataset(jpegs, batch_size=4, decode=ImageDecoder(size=(256, 320)), seed=4,
-                          collate_fn=with_channels_first)
+    ds = CorgiPileDataset(jpegs, batching=Batches(4, collate_fn=with_channels_first),
+                          decode=ImageDecoder(size=(256, 320)), seed=4)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, timeout=60)
     held = []
     for batch in loader:
@@ -98,7 +98,8 @@ def test_a_leased_tensor_of_another_dtype_than_uint8_arrives_as_sent(monkeypatch
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_a_worker_batch_transformed_to_another_dtype_arrives_with_it(jpegs):
-    kwargs = dict(batch_size=4, decode=ImageDecoder(size=(256, 320)), seed=4, transform=as_int8, shuffle="none")
+    kwargs = dict(batching=Batches(4), decode=ImageDecoder(size=(256, 320)), seed=4, transform=as_int8,
+                  shuffle=Shuffle("none"))
     expected = [batch["data"].clone() for batch in CorgiPileDataset(jpegs, **kwargs)]
     loader = torch.utils.data.DataLoader(CorgiPileDataset(jpegs, **kwargs), batch_size=None, num_workers=1, timeout=60)
     received = [batch["data"].clone() for batch in loader]
@@ -167,8 +168,8 @@ def test_a_sample_refused_for_its_kind_keeps_the_later_batches_in_their_rows(ima
         return rows
 
     monkeypatch.setattr(collate, "_leading_rows", recording)
-    ds = CorgiPileDataset(images_and_texts, batch_size=4, decode=ImageDecoder(size=32), on_error="skip",
-                          shuffle="none")
+    ds = CorgiPileDataset(images_and_texts, shuffle=Shuffle("none"), batching=Batches(4),
+                          decode=Decoding(ImageDecoder(size=32), on_error="skip"))
     sizes = [len(batch["key"]) for batch in ds]
     assert sum(sizes) == 40 and sizes.count(4) >= 5
     assert not any(copied)
@@ -202,7 +203,7 @@ def test_a_sample_without_a_decoded_field_keeps_the_later_batches_in_their_rows(
         return rows
 
     monkeypatch.setattr(collate, "_leading_rows", recording)
-    ds = CorgiPileDataset(some_with_masks, batch_size=4, shuffle="none",
+    ds = CorgiPileDataset(some_with_masks, batching=Batches(4), shuffle=Shuffle("none"),
                           decode={"jpg": ImageDecoder(size=32), "png": ImageDecoder(size=16)})
     batches = list(ds)
     without = [i for i, b in enumerate(batches) if isinstance(b["png"], list)]
