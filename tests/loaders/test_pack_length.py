@@ -1,6 +1,6 @@
-"""CorgiPileDataset(pack_length=L): rows of exactly L tokens cut from real token packs (`corgi pack --tokenizer`):
-every token of the epoch once across ranks and workers, equal items on every rank, unsplit documents, the waste
-reported, exact resume, refused options and corrupt sizes."""
+"""CorgiPileDataset(batching=TokenRows(L)): rows of exactly L tokens cut from real token packs (`corgi pack
+--tokenizer`): every token of the epoch once across ranks and workers, equal items on every rank, unsplit
+documents, the waste reported, exact resume, refused options and corrupt sizes."""
 from __future__ import annotations
 
 from collections import Counter
@@ -11,7 +11,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io.errors import ArgumentError, CorruptDataError, ResumeError
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, Blend, CorgiPileDataset, Ranks, Shuffle, TokenRows
 from helpers.packs import token_pack
 
 pytest.importorskip("tokenizers")
@@ -29,14 +29,16 @@ def packed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def documents(packed):
     """{sample index: its token ids}, read as samples."""
-    return {s["index"]: s["data"].tolist() for s in CorgiPileDataset(packed, shuffle="none", decode="tokens")}
+    return {s["index"]: s["data"].tolist()
+            for s in CorgiPileDataset(packed, shuffle=Shuffle("none"), decode="tokens")}
 
 
-def rank_items(packed, world_size, workers=0, **options):
-    """Every rank's items through a DataLoader with `workers` workers."""
+def rank_items(packed, world_size, workers=0, balance="count", **rows):
+    """Every rank's items through a DataLoader with `workers` workers (`rows`: TokenRows' options)."""
     out = []
     for rank in range(world_size):
-        ds = CorgiPileDataset(packed, pack_length=L, rank=rank, world_size=world_size, seed=1, **options)
+        ds = CorgiPileDataset(packed, seed=1, ranks=Ranks(balance=balance, rank=rank, world_size=world_size),
+                              batching=TokenRows(L, **rows))
         items = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
         assert len(items) == len(ds)
         out.append(items)
@@ -84,8 +86,9 @@ def test_every_token_once_across_ranks_in_rows_of_exactly_l(packed, documents, w
     merged = {doc: tokens for f in found for doc, tokens in f.items()}
     assert merged == {doc: tokens + [EOS] for doc, tokens in documents.items()}
     waste = 1 - sum(len(t) + 1 for t in documents.values()) / sum(len(rows_of(i)) * L for i in ranks)
-    assert waste == pytest.approx(CorgiPileDataset(packed, pack_length=L, eos_id=EOS, world_size=world_size,
-                                                   rank=0, seed=1, balance=balance, batch_size=4).planner.waste())
+    assert waste == pytest.approx(CorgiPileDataset(packed, seed=1,
+                                                   ranks=Ranks(balance=balance, rank=0, world_size=world_size),
+                                                   batching=TokenRows(L, batch_size=4, eos_id=EOS)).planner.waste())
 
 
 @pytest.mark.slow
@@ -98,7 +101,7 @@ def test_workers_yield_the_same_rows(packed, world_size, workers):
 
 
 def test_unsplit_documents_start_a_row_and_the_waste_is_reported(packed, documents):
-    ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, split_documents=False, pad_id=7)
+    ds = CorgiPileDataset(packed, batching=TokenRows(L, eos_id=EOS, split_documents=False, pad_id=7))
     rows = rows_of(list(ds))
     assert reassembled(rows) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
     pieces = Counter(doc for _, docs, pos in rows for doc, p in zip(docs, pos) if doc >= 0 and p == 0)
@@ -106,12 +109,12 @@ def test_unsplit_documents_start_a_row_and_the_waste_is_reported(packed, documen
         assert count == max(1, -(-(len(documents[doc]) + 1) // L))
     pads = [token for ids, docs, _ in rows for token, doc in zip(ids, docs) if doc < 0]
     assert set(pads) == {7} and len(pads) / (len(rows) * L) == pytest.approx(ds.planner.waste())
-    split = CorgiPileDataset(packed, pack_length=L, eos_id=EOS)
+    split = CorgiPileDataset(packed, batching=TokenRows(L, eos_id=EOS))
     assert split.planner.waste() < 0.005 < ds.planner.waste() and len(split) < len(ds)
 
 
 def test_one_row_per_item_without_batch_size(packed):
-    item = next(iter(CorgiPileDataset(packed, pack_length=L)))
+    item = next(iter(CorgiPileDataset(packed, batching=TokenRows(L))))
     assert item["input_ids"].shape == (L,) and item["cu_seqlens"][-1] == L
 
 
@@ -124,7 +127,7 @@ def states_after(ds, steps):
 
 @pytest.mark.parametrize("split", [True, False])
 def test_resume_mid_epoch_gives_the_rest_exactly(packed, split):
-    options = dict(pack_length=L, eos_id=EOS, batch_size=2, split_documents=split, seed=5)
+    options = dict(batching=TokenRows(L, batch_size=2, eos_id=EOS, split_documents=split), seed=5)
     whole = rows_of(list(CorgiPileDataset(packed, **options)))
     head, state = states_after(CorgiPileDataset(packed, **options), 7)
     resumed = CorgiPileDataset(packed, **options)
@@ -135,7 +138,7 @@ def test_resume_mid_epoch_gives_the_rest_exactly(packed, split):
 
 @pytest.mark.slow
 def test_resume_with_workers_and_with_another_worker_count(packed):
-    options = dict(pack_length=L, batch_size=2, seed=2)
+    options = dict(batching=TokenRows(L, batch_size=2), seed=2)
     loader = StatefulDataLoader(CorgiPileDataset(packed, **options), batch_size=None, num_workers=2)
     whole = rows_of(list(loader))
     loader = StatefulDataLoader(CorgiPileDataset(packed, **options), batch_size=None, num_workers=2)
@@ -153,38 +156,52 @@ def test_resume_with_workers_and_with_another_worker_count(packed):
 
 
 def test_resume_with_another_world_size_is_refused(packed):
-    _, state = states_after(CorgiPileDataset(packed, pack_length=L, world_size=2, rank=0), 3)
-    other = CorgiPileDataset(packed, pack_length=L, world_size=3, rank=0)
+    _, state = states_after(CorgiPileDataset(packed, ranks=Ranks(rank=0, world_size=2), batching=TokenRows(L)), 3)
+    other = CorgiPileDataset(packed, ranks=Ranks(rank=0, world_size=3), batching=TokenRows(L))
     other.load_state_dict(state)
     with pytest.raises(ResumeError, match="world size"):
         next(iter(other))
-    single = CorgiPileDataset(packed, pack_length=L + 1, world_size=2, rank=0)
+    single = CorgiPileDataset(packed, ranks=Ranks(rank=0, world_size=2), batching=TokenRows(L + 1))
     with pytest.raises(ResumeError, match="pack_length"):
         single.load_state_dict(state)
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"decode": "rgb"}, "decode"), ({"transform": lambda x: x}, "transform="),
-    ({"batch_size": 2, "group_by_size": True}, "group_by_size="), ({"shuffle": "window"}, "shuffle="),
-    ({"drop_last": True}, "drop_last="), ({"pack_length": 0}, "pack_length"), ({"eos_id": -1}, "eos_id"),
+    ({"decode": "rgb"}, "decode 'rgb'"), ({"transform": lambda x: x}, "a transform"),
+    ({"shuffle": Shuffle("window")}, r"Shuffle\('window'\)"), ({"ranks": Ranks(drop_last=True)}, r"Ranks\(drop_last=True\)"),
 ])
 def test_options_rows_do_not_take_are_refused(packed, options, message):
+    with pytest.raises(ArgumentError, match=f"^TokenRows packs token rows itself: it does not take {message}"):
+        CorgiPileDataset(packed, batching=TokenRows(L), **options)
+
+
+@pytest.mark.parametrize("make, message", [(lambda: TokenRows(0), "^row length must be >= 1, got 0$"),
+                                           (lambda: TokenRows(L, eos_id=-1), "^eos_id must be >= 0 or None, got -1$")])
+def test_bad_row_options_are_refused(make, message):
     with pytest.raises(ArgumentError, match=message):
-        CorgiPileDataset(packed, **{"pack_length": L, **options})
+        make()
 
 
-def test_row_options_need_pack_length_and_a_token_pack(packed, tmp_path_factory):
-    with pytest.raises(ArgumentError, match="pack_length"):
-        CorgiPileDataset(packed, eos_id=2)
-    with pytest.raises(ArgumentError, match="blend"):
-        CorgiPileDataset({"a": packed, "b": packed}, pack_length=L)
+def test_row_options_cannot_be_written_without_rows_or_with_batches():
+    """Row options are TokenRows' own: no eos_id without a row length, no length grouping of rows."""
+    with pytest.raises(TypeError):
+        TokenRows(eos_id=2)
+    with pytest.raises(TypeError):
+        TokenRows(L, group_by_size=True)
+    with pytest.raises(TypeError):
+        Batches(2, eos_id=2)
+
+
+def test_rows_need_a_token_pack_and_no_blend(packed, tmp_path_factory):
+    with pytest.raises(ArgumentError, match="TokenRows do not apply to a Blend"):
+        CorgiPileDataset(Blend({"a": packed, "b": packed}), batching=TokenRows(L))
     from helpers.packs import text_pack
     with pytest.raises(ArgumentError, match=r"\.npy"):
-        CorgiPileDataset(text_pack(tmp_path_factory, "plain", [3, 4]), pack_length=L)
+        CorgiPileDataset(text_pack(tmp_path_factory, "plain", [3, 4]), batching=TokenRows(L))
 
 
 def test_a_size_that_is_not_the_token_count_is_corrupt_data(packed, monkeypatch):
-    ds = CorgiPileDataset(packed, pack_length=L, shuffle="none")
+    ds = CorgiPileDataset(packed, shuffle=Shuffle("none"), batching=TokenRows(L))
     sizes = np.array(ds.manifest.samples.size)
     sizes[10] += 1  # and one less for the next sample of its block: the block's sum (which the manifest checks) holds
     sizes[11] -= 1
@@ -201,12 +218,14 @@ def test_items_do_not_depend_on_the_rows_built_at_once(packed, monkeypatch, spli
 
     def items(slots):
         monkeypatch.setattr(rows, "CHUNK_SLOTS", slots)
-        ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, split_documents=split, pad_id=3, batch_size=batch)
+        ds = CorgiPileDataset(packed,
+                              batching=TokenRows(L, batch_size=batch, eos_id=EOS, split_documents=split, pad_id=3))
         return [{k: v.tolist() if torch.is_tensor(v) else v for k, v in item.items()} for item in ds]
 
     one = items(1)
     assert items(5 * L) == one and items(1 << 30) == one
-    assert len(one) == len(CorgiPileDataset(packed, pack_length=L, eos_id=EOS, split_documents=split, batch_size=batch))
+    assert len(one) == len(CorgiPileDataset(packed,
+                                            batching=TokenRows(L, batch_size=batch, eos_id=EOS, split_documents=split)))
 
 
 class FakeReader:
@@ -273,7 +292,7 @@ def test_a_local_pack_is_read_into_one_array_per_buffer_not_joined(packed, docum
         raise AssertionError("a local pack's pieces were copied into a second array")
 
     monkeypatch.setattr(token_pieces, "joined_tokens", joined)
-    ds = CorgiPileDataset(packed, pack_length=L, eos_id=EOS, batch_size=2)
+    ds = CorgiPileDataset(packed, batching=TokenRows(L, batch_size=2, eos_id=EOS))
     assert reassembled(rows_of(list(ds))) == {doc: tokens + [EOS] for doc, tokens in documents.items()}
 
 
