@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from corgi_io.arguments import check_at_least, check_callable, check_flag, check_mapping, choose
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BALANCES, BATCH_COSTS, SHUFFLES
+from corgi_io.schedule.blend import check_weights
 from corgi_io.schedule.eviction import EVICTIONS
 from corgi_io.schedule.token_rows import RowOptions
 
@@ -59,6 +60,13 @@ class Blend:
         if not isinstance(self.sources, Mapping) or not self.sources:
             raise ArgumentError(f"Blend(sources=) must be a non-empty mapping {{name: pack}}, got {self.sources!r}")
         _set(self, "sources", dict(self.sources))
+        names = [str(name) for name in self.sources]
+        if self.weights is not None:
+            check_weights(names, self.weights)
+        if isinstance(self.samples_per_epoch, str) and self.samples_per_epoch not in names:
+            raise ArgumentError(f"samples_per_epoch={self.samples_per_epoch!r} names no source of {names}")
+        if not isinstance(self.samples_per_epoch, str):
+            check_at_least("samples_per_epoch", self.samples_per_epoch, 1, optional=True)
 
 
 @dataclass(frozen=True)
