@@ -7,9 +7,9 @@ RSS in MB of the process (with `--workers`, also the largest DataLoader worker's
 
 Contenders, bytes only, shuffle on:
   corgi       CorgiPileDataset(ROOT), checksums checked (the default); with --batch-size B its batches
-  corgi-per-sample CorgiPileDataset(ROOT, batch_size=B) through its per-sample path (a collate_fn of its own that
+  corgi-per-sample CorgiPileDataset(ROOT, batching=Batches(B)) through its per-sample path (a collate_fn of its own that
               calls collate_samples), the batches of before issue 20 §4 (bench/load.py --batches)
-  corgi-blend CorgiPileDataset({name: pack}) over the packs in ROOT's subfolders, equal weights,
+  corgi-blend CorgiPileDataset(Blend({name: pack})) over the packs in ROOT's subfolders, equal weights,
               --samples-per-epoch samples an epoch (bench/load.py --blend)
   litdata     litdata.StreamingDataset(ROOT, shuffle=True) over chunks litdata wrote itself
   webdataset  wds.WebDataset(tars).shuffle(buffer samples)
@@ -29,17 +29,19 @@ from pathlib import Path
 
 
 def corgi(root: str, args):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Batches, CorgiPileDataset, Shuffle
 
-    return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0, batch_size=args.batch_size), "data"
+    batching = None if args.batch_size is None else Batches(args.batch_size)
+    return CorgiPileDataset(root, shuffle=Shuffle(buffer_blocks=args.buffer_blocks), seed=0, batching=batching), "data"
 
 
 def corgi_blend(root: str, args):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Blend, CorgiPileDataset, Shuffle
 
     sources = {p.name: str(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists()}
-    return CorgiPileDataset(sources, weights={name: 1 / len(sources) for name in sources},
-                            samples_per_epoch=args.samples_per_epoch, buffer_blocks=args.buffer_blocks, seed=0), "data"
+    blend = Blend(sources, weights={name: 1 / len(sources) for name in sources},
+                  samples_per_epoch=args.samples_per_epoch)
+    return CorgiPileDataset(blend, shuffle=Shuffle(buffer_blocks=args.buffer_blocks), seed=0), "data"
 
 
 def litdata(root: str, args):
@@ -62,10 +64,10 @@ def mosaic(root: str, args):
 
 
 def corgi_per_sample(root: str, args):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Batches, CorgiPileDataset, Shuffle
 
-    return CorgiPileDataset(root, buffer_blocks=args.buffer_blocks, seed=0, batch_size=args.batch_size,
-                            collate_fn=per_sample_collate), "data"
+    return CorgiPileDataset(root, shuffle=Shuffle(buffer_blocks=args.buffer_blocks), seed=0,
+                            batching=Batches(args.batch_size, collate_fn=per_sample_collate)), "data"
 
 
 def per_sample_collate(samples: list):

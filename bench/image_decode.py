@@ -9,8 +9,8 @@ Contenders, each measurement in a fresh process (`--child`), through DataLoader(
 (FFCV: its Loader with 2 threads) and in one process:
   webdataset + PIL            wds.WebDataset(tars).shuffle(1000), Pillow decode + RandomResizedCrop + flip
   litdata + PIL               litdata.StreamingDataset(shuffle=True) over its own chunks, the same transform
-  corgi decode="pil"          CorgiPileDataset(decode="pil", transform=the same, batch_size=64): today's path
-  corgi ImageDecoder          CorgiPileDataset(decode=ImageDecoder(224), batch_size=64): the fused path
+  corgi decode="pil"          CorgiPileDataset(decode="pil", transform=the same, batching=Batches(64)): today's path
+  corgi ImageDecoder          CorgiPileDataset(decode=ImageDecoder(224), batching=Batches(64)): the fused path
   corgi ImageDecoder on cuda  with --device cuda: ImageDecoder(224, device="cuda"), the workers send each batch's JPEG
                               bytes as read and `to_device(loader, "cuda")` decodes them with nvJPEG on its side stream,
                               one batch ahead; its line gives its ratio against corgi ImageDecoder (CPU workers) and
@@ -94,10 +94,10 @@ def litdata_loader(root: Path, workers: int):
 def corgi_loader(root: Path, workers: int, fused: bool, pack: str = "corgi"):
     import torch
 
-    from corgi_io.loaders import CorgiPileDataset, ImageDecoder
+    from corgi_io.loaders import Batches, CorgiPileDataset, ImageDecoder
 
     options = {"decode": ImageDecoder(CROP)} if fused else {"decode": "pil", "transform": pil_transform()}
-    dataset = CorgiPileDataset(root / pack, batch_size=BATCH, seed=0, **options)
+    dataset = CorgiPileDataset(root / pack, batching=Batches(BATCH), seed=0, **options)
     return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 
@@ -120,11 +120,11 @@ def device_loader(root: Path, workers: int, device: str):
     check without a GPU, `to_device` passes batches through and `DecodedOnCpu` decodes the same bytes."""
     import torch
 
-    from corgi_io.loaders import CorgiPileDataset, ImageDecoder, to_device
+    from corgi_io.loaders import Batches, CorgiPileDataset, ImageDecoder, to_device
 
     on_cpu = torch.device(device).type == "cpu"
     decoder = ImageDecoder(CROP, device="cuda" if on_cpu else device)  # any device but the CPU leaves the bytes encoded
-    dataset = CorgiPileDataset(root / "corgi", batch_size=BATCH, seed=0, decode=decoder)
+    dataset = CorgiPileDataset(root / "corgi", batching=Batches(BATCH), seed=0, decode=decoder)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
     return DecodedOnCpu(loader) if on_cpu else to_device(loader, device)
 

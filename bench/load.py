@@ -6,7 +6,7 @@ in their own formats, all cached under --workdir.
 
     python bench/load.py [--n 20000] [--rounds 3] [--http | --blend]
 
-First, the cost of checking every sample's checksum (verify_reads=True, the default) against
+First, the cost of checking every sample's checksum (Reading(verify=True), the default) against
 not checking: whole epochs, warm cache, the two modes interleaved, median of --rounds rounds.
 
 Then four lines, as issue 10 asks: one process and DataLoader(num_workers=2, batch_size=64,
@@ -23,15 +23,15 @@ access ("full"), at the default settings and with explicit reads in flight.
 
 --blend asks what reading a weighted blend of two local packs costs against one pack of the same
 samples: the whole corpus packed as one pack ("single pack", the baseline) against its two halves
-(alternate files, hard links) packed alike and read as CorgiPileDataset({"a": .., "b": ..},
-weights 0.5/0.5, samples_per_epoch = --n) ("blend of 2 packs").  Bytes only, corgipile shuffle,
+(alternate files, hard links) packed alike and read as CorgiPileDataset(Blend({"a": .., "b": ..},
+weights 0.5/0.5, samples_per_epoch = --n)) ("blend of 2 packs").  Bytes only, corgipile shuffle,
 warm page cache; one process and DataLoader(num_workers=2, batch_size=64, collate = a list of
 samples).  Each measurement in a fresh process, rounds interleaved (order rotated), median of
 --rounds; each blend line gives blend/single (median of per-round ratios, with their range) and
 the cost, 1 - blend/single, against the target (<= 10%).
 
 --batches (issue 20 §4) measures raw-bytes batches of --batch-size (256), warm page cache: in one process,
-CorgiPileDataset(batch_size=256) (its batches built from the read pieces with numpy) against the same through its
+CorgiPileDataset(batching=Batches(256)) (its batches built from the read pieces with numpy) against the same through its
 per-sample path (a collate_fn of its own that calls collate_samples) and against litdata's StreamingDataset per
 sample; with DataLoader(ds, batch_size=None, num_workers=2) against litdata's StreamingDataLoader(num_workers=2,
 batch_size=256).  Each measurement in a fresh process, contenders interleaved (order rotated), median of --rounds;
@@ -69,11 +69,11 @@ def rate(samples, seconds_budget: float):
     return count / elapsed, nbytes / 1e6 / elapsed
 
 
-def corgi(root, shuffle, buffer_blocks, read_threads=None, verify_reads=True):
-    from corgi_io.loaders import CorgiPileDataset
+def corgi(root, shuffle, buffer_blocks, read_threads=None, verify=True):
+    from corgi_io.loaders import CorgiPileDataset, Reading, Shuffle
 
-    dataset = CorgiPileDataset(root, shuffle=shuffle, buffer_blocks=buffer_blocks, seed=0, read_threads=read_threads,
-                               verify_reads=verify_reads)
+    dataset = CorgiPileDataset(root, shuffle=Shuffle(shuffle, buffer_blocks), seed=0,
+                               reading=Reading(threads=read_threads, verify=verify))
     return (sample["data"] for sample in dataset)
 
 
@@ -96,7 +96,7 @@ def verify_cost(root, args, num_samples: int) -> None:
     a fraction of a second, where scheduling noise on a shared 2-core machine swamps a 10% effect.
     """
     modes = {"corgipile, checksums checked (default)": True, "corgipile, verify_reads=False": False}
-    makers = {name: (lambda v=verify: corgi(root, "corgipile", args.buffer_blocks, verify_reads=v))
+    makers = {name: (lambda v=verify: corgi(root, "corgipile", args.buffer_blocks, verify=v))
               for name, verify in modes.items()}
     fastest = max(epochs_rate(make, 1)[0] for make in makers.values())  # also warms the cache
     epochs = max(1, math.ceil(2.0 * fastest / num_samples))
@@ -366,9 +366,9 @@ def main():
 
 def http_rate(url: str, shuffle: str, read_threads, seconds: float) -> tuple:
     """((samples/s, MB/s), reads in flight at the end) of one CorgiPileDataset over HTTP."""
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Reading, Shuffle
 
-    dataset = CorgiPileDataset(url, shuffle=shuffle, seed=0, read_threads=read_threads)
+    dataset = CorgiPileDataset(url, shuffle=Shuffle(shuffle), seed=0, reading=Reading(threads=read_threads))
     result = rate((sample["data"] for sample in dataset), seconds)
     return result, dataset.last_reader.in_flight.limit
 

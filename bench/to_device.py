@@ -84,11 +84,11 @@ def tensor_contenders(args, device) -> dict:
 def image_contenders(args, device) -> dict:
     """{name: (batches, prepare)}, the baseline first: the pack's crops decoded on the CPU in the workers and copied by
     `to_device`, or left encoded and decoded with nvJPEG in the step or by `to_device`; as `tensor_contenders`."""
-    from corgi_io.loaders import CorgiPileDataset, ImageDecoder, to_device
+    from corgi_io.loaders import Batches, CorgiPileDataset, ImageDecoder, to_device
 
     def loader(decode_on: str) -> Steps:
         decode = ImageDecoder(CROP, device=decode_on)
-        dataset = CorgiPileDataset(args.images, batch_size=args.batch, seed=0, decode=decode)
+        dataset = CorgiPileDataset(args.images, batching=Batches(args.batch), seed=0, decode=decode)
         return Steps(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers, pin_memory=True,
                                                  persistent_workers=True), args.steps)
 

@@ -3,9 +3,9 @@
 With `num_workers > 0` everything a worker yields is serialised through the DataLoader's queue.
 The baseline yields sample dicts and lets the DataLoader batch them with a trivial collate (the
 list of samples, issue 10's 2-worker line); corgi batches yield one collated batch per step
-(`CorgiPileDataset(batch_size=B)`, `collate_samples`: raw bytes as one `PackedBytes` buffer plus
+(`CorgiPileDataset(batching=Batches(B))`, `collate_samples`: raw bytes as one `PackedBytes` buffer plus
 offsets) and the DataLoader passes them through (`batch_size=None`).  The middle line isolates the
-buffer: batch mode, but each batch a plain list of sample dicts (`collate_fn=list`).
+buffer: batch mode, but each batch a plain list of sample dicts (`Batches(B, collate_fn=list)`).
 
 Under "corgipile" a known batch size also composes size-balanced batches inside each buffer
 (schedule/batches.py); the first line says what that planning costs per epoch, and `--shuffle block`
@@ -44,25 +44,26 @@ def as_list(samples: list) -> list:
 def contenders(root, batch_size: int, workers: int, shuffle: str) -> dict:
     """name -> a function that builds a fresh DataLoader over `root`."""
     import torch
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Batches, CorgiPileDataset, Shuffle
 
-    def loader(dataset_options: dict, **loader_options):
-        dataset = CorgiPileDataset(root, seed=0, shuffle=shuffle, **dataset_options)
+    def loader(batching, **loader_options):
+        dataset = CorgiPileDataset(root, seed=0, shuffle=Shuffle(shuffle), batching=batching)
         return torch.utils.data.DataLoader(dataset, num_workers=workers, **loader_options)
 
     return {
-        BASELINE: lambda: loader({}, batch_size=batch_size, collate_fn=as_list),
+        BASELINE: lambda: loader(None, batch_size=batch_size, collate_fn=as_list),
         "corgi batches, collate_fn=list (no buffer)": lambda: loader(
-            {"batch_size": batch_size, "collate_fn": list}, batch_size=None),
-        "corgi batches, collate_samples (PackedBytes)": lambda: loader({"batch_size": batch_size}, batch_size=None),
+            Batches(batch_size, collate_fn=list), batch_size=None),
+        "corgi batches, collate_samples (PackedBytes)": lambda: loader(Batches(batch_size), batch_size=None),
     }
 
 
 def plan_seconds(root, batch_size, workers: int, shuffle: str) -> float:
     """Seconds that all of one rank's workers spend on their buffer plans in one epoch (no data read)."""
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Batches, CorgiPileDataset, Shuffle
 
-    dataset = CorgiPileDataset(root, seed=0, shuffle=shuffle, batch_size=batch_size)
+    batching = None if batch_size is None else Batches(batch_size)
+    dataset = CorgiPileDataset(root, seed=0, shuffle=Shuffle(shuffle), batching=batching)
     start = time.perf_counter()
     for worker in range(max(1, workers)):
         for _ in dataset.plan(worker, workers):
