@@ -4,10 +4,10 @@ For each size distribution and world size it runs the real epoch plan (`corgi_io
 assign, worker split, buffer plan, DataLoader batch order) under three plans and prints one line each:
 
 * ``count``: equal sample counts, plain CorgiPile shuffle (what DistributedSampler-style loaders do);
-* ``count+batches``: equal counts, size-balanced batches inside each buffer (``batch_size=B``);
+* ``count+batches``: equal counts, size-balanced batches inside each buffer (``Batches(B)``);
 * ``size+batches``: equal counts and equal per-rank size sums, size-balanced batches, samples larger
-  than a balanced batch held for a step every rank shares (what ``balance="size", batch_size=B`` does;
-  the loader refuses ``balance="size"`` without ``batch_size``: its steps are slower than count's).
+  than a balanced batch held for a step every rank shares (what ``Ranks(balance="size"), Batches(B)`` does;
+  the loader refuses ``Ranks(balance="size")`` without batches: its steps are slower than count's).
 
 Each line holds the epoch max/mean of per-rank size sums, the per-step imbalance (max over ranks /
 mean of a step's per-rank batch size sums; p95 and max over steps) and the synchronous epoch time

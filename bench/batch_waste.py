@@ -1,5 +1,5 @@
 """Padding waste of fixed-size batches on a long-tailed token corpus: random, size-balanced, HF-style length
-grouping and corgi's `group_by_size`, from the pure planner (no I/O).
+grouping and corgi's `Batches(B, group_by_size=True)`, from the pure planner (no I/O).
 
     python bench/batch_waste.py [--n 200000] [--budget 16384] [--block 256] [--buffer-blocks 16]
 
@@ -8,9 +8,9 @@ is the budget T (issue 20: "fixed-B random batches of the same mean tokens").  A
 longest sample; waste = (padded tokens - real tokens) / padded tokens, over the whole epoch.  Baseline:
 random batches (a full shuffle, cut every B).  HF's `group_by_length` sorts megabatches of 50 x B random
 samples by length.  corgi: one worker's CorgiPile stream with size-balanced batches (the default), then with
-`group_by_size=True`.  The seed changes the corpus; each line gives the median of --rounds seeds.
+`Batches(B, group_by_size=True)`.  The seed changes the corpus; each line gives the median of --rounds seeds.
 
-Then budgeted batches (`batch_budget=T`, balance="size", --world ranks of one worker each) under both cost
+Then budgeted batches (`Budget(T)`, `Ranks(balance="size")`, --world ranks of one worker each) under both cost
 models: padding waste, the p95 over steps of max rank cost / mean rank cost (goal <= 1.05), the mean
 fill (a batch's cost / T), and the planning time of one rank's epoch (every rank's fewest counts included).
 """
@@ -57,7 +57,7 @@ def corgi(sizes: np.ndarray, batch_size: int, args, seed: int, group: bool) -> n
 
 def budgeted(sizes: np.ndarray, args, seed: int, cost: str) -> tuple:
     """(padding waste, p95 of max/mean rank cost per step, mean fill, seconds to plan rank 0) of one epoch
-    of `batch_budget=args.budget` batches over `args.world` size-balanced ranks."""
+    of `Budget(args.budget)` batches over `args.world` size-balanced ranks."""
     first = np.arange(0, len(sizes), args.block)
     count = np.minimum(args.block, len(sizes) - first)
     base = loader_planner(BlockTable.from_sizes(first, count, sizes), args.world, 0, shuffle="corgipile",

@@ -66,14 +66,13 @@ def accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
 
 def train(root, mode: str, args, seed: int, x_test, y_test, classes: int, dim: int):
     """Train one model on `mode`'s stream; returns (test accuracy per epoch, mean batch entropy in epoch 0)."""
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Shuffle
 
     torch.manual_seed(seed)                          # same initial weights for every mode
     model = make_model(dim, classes, args.hidden)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
-    dataset = CorgiPileDataset(root, shuffle=mode, buffer_blocks=args.buffer_blocks, seed=seed,
-                               decode=decode_features)
+    dataset = CorgiPileDataset(root, shuffle=Shuffle(mode, args.buffer_blocks), seed=seed, decode=decode_features)
     accuracies, entropies = [], []
     for epoch in range(args.epochs):
         dataset.set_epoch(epoch)

@@ -6,8 +6,8 @@ loader reads --epochs epochs of it, bytes only (decode=None), shuffle corgipile,
     python bench/remote_cache.py [--n 6000] [--block-samples 64] [--epochs 4] [--limit 0.5] [--rounds 3]
 
 * no cache (the baseline of samples/s);
-* cache_dir= with cache_limit= --limit x the pack's shard bytes, cache_policy="belady";
-* the same with cache_policy="lru" (the baseline of remote bytes).
+* cache=Cache(folder, limit) with limit = --limit x the pack's shard bytes, policy "belady";
+* the same with Cache(..., policy="lru") (the baseline of remote bytes).
 
 Remote bytes are counted at the storage layer (`Storage.bytes_read`, every ranged read the loader
 made, the prefetch of the next epoch's first pieces included, which counts in the epoch that ends), per epoch.
@@ -46,11 +46,12 @@ def pack_wds(corpus: Path, out: Path, block_samples: int) -> Path:
     return out
 
 
-def run_epochs(url: str, epochs: int, **cache) -> tuple:
-    """([remote bytes of each epoch], [seconds of each epoch], samples per epoch) of one loader."""
+def run_epochs(url: str, epochs: int, cache=None) -> tuple:
+    """([remote bytes of each epoch], [seconds of each epoch], samples per epoch) of one loader with `cache`
+    (a `Cache`, or None)."""
     from corgi_io.loaders import CorgiPileDataset
 
-    dataset = CorgiPileDataset(url, seed=0, decode=None, **cache)
+    dataset = CorgiPileDataset(url, seed=0, decode=None, cache=cache)
     fetched, seconds = [], []
     for epoch in range(epochs):
         dataset.set_epoch(epoch)
@@ -98,6 +99,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; lines give the median")
     parser.add_argument("--workdir", type=Path, default=HERE / "out" / "remote_cache")
     args = parser.parse_args()
+    from corgi_io.loaders import Cache
     from corgi_io.manifest import open_manifest
     from helpers.http_server import NginxServer
 
@@ -118,8 +120,8 @@ def main():
         for round_ in range(args.rounds):
             runs["none"].append(run_epochs(url, args.epochs))
             for policy in ("belady", "lru"):
-                runs[policy].append(run_epochs(url, args.epochs, cache_dir=Path(caches) / f"{policy}-{round_}",
-                                               cache_limit=limit, cache_policy=policy))
+                cache = Cache(Path(caches) / f"{policy}-{round_}", limit, policy=policy)
+                runs[policy].append(run_epochs(url, args.epochs, cache))
     report_bytes(runs, pack_bytes)
     report_rates(runs)
 

@@ -1,4 +1,5 @@
-"""Sequence packing: `CorgiPileDataset(pack_length=L)` against litdata's `TokensLoader(block_size=L)`, one process.
+"""Sequence packing: `CorgiPileDataset(batching=TokenRows(L))` against litdata's `TokensLoader(block_size=L)`,
+one process.
 
 The corpus: --n text files (bench/pack_tokenize.py's made-up words, 150..450 words each), a BPE tokenizer
 (2,000 ids) trained on the spot.  corgi packs it with that tokenizer (`corgi pack --tokenizer --drop-text`:
@@ -10,7 +11,7 @@ tokens, warm page cache.  The contenders:
   * litdata TokensLoader: rows of ids only, collated by a DataLoader(batch_size=B, num_workers=0);
   * litdata TokensLoader + boundaries: the same, plus what corgi's rows carry, computed in torch from the end
     tokens per batch (position_ids restarting per document and row, document ids, cu_seqlens);
-  * corgi pack_length=L, eos_id, batch_size=B: input_ids, position_ids, document_ids (int64), cu_seqlens, with
+  * corgi TokenRows(L, batch_size=B, eos_id=...): input_ids, position_ids, document_ids (int64), cu_seqlens, with
     CorgiPile shuffling, every checksum verified; split_documents True (default) and False.
 
 Each measurement runs in a fresh process with torch.set_num_threads(1) (torch's intra-op threads made the
@@ -113,9 +114,9 @@ def child(name: str, corgi: str, lit: str, length: int, batch: int, epochs: int)
 
     torch.set_num_threads(1)  # one process, one thread: intra-op threads only spin on a shared 2-vCPU machine
     if name in CORGI:
-        from corgi_io.loaders import CorgiPileDataset
-        items = CorgiPileDataset(corgi, pack_length=length, eos_id=EOS, batch_size=batch,
-                                 split_documents=CORGI[name])
+        from corgi_io.loaders import CorgiPileDataset, TokenRows
+        items = CorgiPileDataset(corgi, batching=TokenRows(length, batch_size=batch, eos_id=EOS,
+                                                           split_documents=CORGI[name]))
         count = real_tokens
     else:
         import litdata
@@ -142,11 +143,11 @@ def measure(name: str, args, corgi: Path, lit: Path) -> dict:
 
 def waste_lines(corgi: Path, length: int) -> None:
     """The padding share of split_documents True and False, for 1 and 8 ranks, count and size balance."""
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Ranks, TokenRows
     for split in (True, False):
         for world, balance in ((1, "count"), (8, "count"), (8, "size")):
-            ds = CorgiPileDataset(corgi, pack_length=length, eos_id=EOS, split_documents=split, world_size=world,
-                                  rank=0, balance=balance, batch_size=8)
+            ds = CorgiPileDataset(corgi, ranks=Ranks(balance=balance, rank=0, world_size=world),
+                                  batching=TokenRows(length, batch_size=8, eos_id=EOS, split_documents=split))
             print(f"seq-pack waste split_documents={split!s:5s} ranks={world} balance={balance:5s} "
                   f"{100 * ds.planner.waste():6.3f}% padding ({len(ds)} batches of 8 rows per rank)")
 
