@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import CorgiPileDataset, Ranks, Reading, Shuffle
 from corgi_io.manifest import open_manifest
 from corgi_io import PackOptions, pack
 from corgi_io import CorruptDataError, StorageError
@@ -68,7 +68,8 @@ def test_open_manifest_over_http_equals_the_local_one(local_packs, urls, fmt):
 @pytest.mark.parametrize("mode", ["corgipile", "block", "window", "none", "full"])
 def test_http_read_equals_the_local_read(local_packs, urls, fmt, mode):
     def run(source):
-        ds = CorgiPileDataset(source, shuffle=mode, buffer_blocks=2, prefetch_blocks=2, seed=3)
+        ds = CorgiPileDataset(source, shuffle=Shuffle(mode, buffer_blocks=2), seed=3,
+                              reading=Reading(prefetch_blocks=2))
         ds.set_epoch(1)
         return ds, pairs(ds)
 
@@ -86,7 +87,7 @@ def test_http_read_equals_the_local_read(local_packs, urls, fmt, mode):
 @pytest.mark.parametrize("world", [2, 3])
 def test_http_ranks_equal_the_local_ranks(local_packs, urls, world):
     for rank in range(world):
-        kw = dict(buffer_blocks=2, seed=8, rank=rank, world_size=world)
+        kw = dict(shuffle=Shuffle(buffer_blocks=2), seed=8, ranks=Ranks(rank=rank, world_size=world))
         remote = CorgiPileDataset(urls["tfrecord"], **kw)
         got = pairs(remote)
         assert got == pairs(CorgiPileDataset(local_packs["tfrecord"], **kw))
@@ -97,7 +98,7 @@ def test_http_ranks_equal_the_local_ranks(local_packs, urls, world):
 def test_http_through_a_dataloader_with_worker_processes(local_packs, urls):
     """Worker processes open their own HTTP sessions after fork; same samples as locally."""
     def run(source):
-        ds = CorgiPileDataset(source, buffer_blocks=2, seed=6)
+        ds = CorgiPileDataset(source, shuffle=Shuffle(buffer_blocks=2), seed=6)
         ds.set_epoch(2)
         ds.manifest  # opened in the parent, used in the workers
         return [(s["key"], s["data"]) for s in
@@ -106,8 +107,8 @@ def test_http_through_a_dataloader_with_worker_processes(local_packs, urls):
     got = run(urls["wds"])
     assert got == run(local_packs["wds"]) and len(got) == 41
     # the main process can still read after the workers are gone
-    assert pairs(CorgiPileDataset(urls["wds"], shuffle="none"))[0][3] == \
-           pairs(CorgiPileDataset(local_packs["wds"], shuffle="none"))[0][3]
+    assert pairs(CorgiPileDataset(urls["wds"], shuffle=Shuffle("none")))[0][3] == \
+           pairs(CorgiPileDataset(local_packs["wds"], shuffle=Shuffle("none")))[0][3]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -117,7 +118,8 @@ def test_a_missing_shard_over_http_fails_on_first_read_naming_the_url(http_root,
     m = open_manifest(url)
     shard = m.shards[1].path
     (http_root[0] / name / shard).unlink()
-    ds = CorgiPileDataset(url, shuffle="none", buffer_blocks=1, prefetch_blocks=1)  # no request per shard here
+    # no request per shard here
+    ds = CorgiPileDataset(url, shuffle=Shuffle("none", buffer_blocks=1), reading=Reading(prefetch_blocks=1))
     got = []
     with pytest.raises(StorageError, match=f"{url}/{shard}"):
         for s in ds:
@@ -131,7 +133,7 @@ def test_a_truncated_shard_over_http_fails_while_reading_naming_the_url(http_roo
     m = open_manifest(url)
     victim = http_root[0] / name / m.shards[-1].path
     victim.write_bytes(victim.read_bytes()[:100])
-    ds = CorgiPileDataset(url, shuffle="none", buffer_blocks=1, prefetch_blocks=1)
+    ds = CorgiPileDataset(url, shuffle=Shuffle("none", buffer_blocks=1), reading=Reading(prefetch_blocks=1))
     got = []
     with pytest.raises(CorruptDataError, match=f"{url}/{m.shards[-1].path}"):
         for s in ds:
@@ -143,7 +145,8 @@ def test_an_epoch_rides_out_a_3_s_server_outage(http_server, http_root, local_pa
     """nginx stops for 3 s mid-epoch, from another thread, and comes back: with the default
     retry budget the epoch completes with every sample exactly once, as read locally."""
     url = serve(http_root, local_packs["wds"], "loader-http-outage")
-    kw = dict(buffer_blocks=1, prefetch_blocks=1, seed=5)  # little read ahead: most blocks are read after the stop
+    # little read ahead: most blocks are read after the stop
+    kw = dict(shuffle=Shuffle(buffer_blocks=1), reading=Reading(prefetch_blocks=1), seed=5)
     want = pairs(CorgiPileDataset(local_packs["wds"], **kw))
     ds = CorgiPileDataset(url, **kw)
     stopped = threading.Event()
@@ -168,7 +171,8 @@ def test_an_epoch_rides_out_a_3_s_server_outage(http_server, http_root, local_pa
 
 
 def test_storage_options_set_the_retry_budget_of_the_reads(http_server, urls):
-    ds = CorgiPileDataset(urls["tfrecord"], shuffle="none", storage_options={"retry_seconds": 0.5, "backoff": 0.05})
+    ds = CorgiPileDataset(urls["tfrecord"], shuffle=Shuffle("none"),
+                          reading=Reading(storage_options={"retry_seconds": 0.5, "backoff": 0.05}))
     with http_server.down():
         start = time.monotonic()
         with pytest.raises(StorageError, match=r"(size|read) failed after \d+ attempts in 0\.\d s: NewConnectionError"):
