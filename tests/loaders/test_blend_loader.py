@@ -10,7 +10,7 @@ import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import ArgumentError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, Blend, CorgiPileDataset, Ranks, Shuffle
 from corgi_io.manifest import open_manifest
 from corgi_io.schedule.blend import epoch_quotas
 from helpers.corpus_factory import make_image_corpus
@@ -38,7 +38,7 @@ def tags(samples) -> list:
 
 
 def test_every_sample_names_its_source_and_keeps_its_own_packs_index(packs):
-    ds = CorgiPileDataset(packs, weights={"web": 0.5, "code": 0.25, "books": 0.25}, samples_per_epoch=400)
+    ds = CorgiPileDataset(Blend(packs, weights={"web": 0.5, "code": 0.25, "books": 0.25}, samples_per_epoch=400))
     manifests = {name: open_manifest(root) for name, root in packs.items()}
     samples = list(ds)
     assert len(samples) == len(ds) == 400
@@ -49,7 +49,8 @@ def test_every_sample_names_its_source_and_keeps_its_own_packs_index(packs):
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_each_epoch_gives_every_source_its_weight_within_half_a_percent(packs, world):
     weights, n = {"web": 0.6, "code": 0.3, "books": 0.1}, 3000
-    ranks = [CorgiPileDataset(packs, weights=weights, samples_per_epoch=n, rank=r, world_size=world)
+    ranks = [CorgiPileDataset(Blend(packs, weights=weights, samples_per_epoch=n),
+                              ranks=Ranks(rank=r, world_size=world))
              for r in range(world)]
     counts = Counter(s["source"] for ds in ranks for s in ds)
     total = sum(counts.values())
@@ -62,8 +63,8 @@ def test_each_epoch_gives_every_source_its_weight_within_half_a_percent(packs, w
 def test_every_batch_holds_each_source_within_one_sample_of_its_share(packs, batch_size, world):
     weights = {"web": 0.6, "code": 0.3, "books": 0.1}
     for rank in range(world):
-        ds = CorgiPileDataset(packs, weights=weights, samples_per_epoch=1000, batch_size=batch_size, rank=rank,
-                              world_size=world, drop_last=True)
+        ds = CorgiPileDataset(Blend(packs, weights=weights, samples_per_epoch=1000),
+                              ranks=Ranks(drop_last=True, rank=rank, world_size=world), batching=Batches(batch_size))
         batches = list(ds)
         assert len(batches) == len(ds)
         for batch in batches:
@@ -73,7 +74,7 @@ def test_every_batch_holds_each_source_within_one_sample_of_its_share(packs, bat
 
 def test_a_small_source_repeats_whole_passes_and_a_large_one_continues_next_epoch(packs):
     # 370 a epoch at 0.7/0.3: code gives 111 = three passes of its 37; web gives 259 of its 200
-    ds = CorgiPileDataset(two(packs), weights={"web": 0.7, "code": 0.3}, samples_per_epoch=370)
+    ds = CorgiPileDataset(Blend(two(packs), weights={"web": 0.7, "code": 0.3}, samples_per_epoch=370))
     seen = Counter()
     for epoch in (0, 1):
         ds.set_epoch(epoch)
@@ -88,28 +89,30 @@ def test_a_small_source_repeats_whole_passes_and_a_large_one_continues_next_epoc
 @pytest.mark.parametrize("shuffle", ["corgipile", "block", "none", "window", "full"])
 def test_every_shuffle_reads_the_quotas(packs, shuffle):
     weights = np.array([0.5, 0.3, 0.2])
-    ds = CorgiPileDataset(packs, weights=weights.tolist(), samples_per_epoch=500, shuffle=shuffle, seed=3)
+    ds = CorgiPileDataset(Blend(packs, weights=weights.tolist(), samples_per_epoch=500), shuffle=Shuffle(shuffle),
+                          seed=3)
     counts = Counter(s["source"] for s in ds)
     assert [counts[name] for name in packs] == epoch_quotas(weights, 500).tolist()
 
 
 def test_without_weights_a_blend_reads_each_pack_once_per_epoch(packs):
-    ds = CorgiPileDataset(packs)
+    ds = CorgiPileDataset(Blend(packs))
     assert Counter(tags(ds)) == Counter({f"{name}:{key}": 1 for name, root in packs.items()
                                          for key in open_manifest(root).keys()})
 
 
 def test_samples_per_epoch_may_name_the_source_read_once_per_epoch(packs):
-    ds = CorgiPileDataset(two(packs), weights={"web": 0.5, "code": 0.5}, samples_per_epoch="web")
+    ds = CorgiPileDataset(Blend(two(packs), weights={"web": 0.5, "code": 0.5}, samples_per_epoch="web"))
     got = Counter(s["source"] for s in ds)
     assert got == {"web": 200, "code": 200}
 
 
 def test_size_balance_reads_the_same_samples_with_equal_steps(packs):
-    options = dict(weights={"web": 0.6, "code": 0.3, "books": 0.1}, samples_per_epoch=600, batch_size=8)
+    blend = Blend(packs, weights={"web": 0.6, "code": 0.3, "books": 0.1}, samples_per_epoch=600)
     read = {}
     for balance in ("count", "size"):
-        ranks = [CorgiPileDataset(packs, balance=balance, rank=r, world_size=2, **options) for r in range(2)]
+        ranks = [CorgiPileDataset(blend, ranks=Ranks(balance=balance, rank=r, world_size=2), batching=Batches(8))
+                 for r in range(2)]
         assert len({len(ds) for ds in ranks}) == 1
         batches = [list(ds) for ds in ranks]
         assert [len(b) for b in batches] == [len(ranks[0])] * 2
@@ -122,9 +125,10 @@ def loader(ds, workers: int):
 
 
 def resumed_twice(packs, workers: int, options: dict) -> tuple:
-    """(an epoch's batches, the same epoch stopped after 7 batches, resumed, stopped after 5 more, resumed)."""
+    """(an epoch's batches, the same epoch stopped after 7 batches, resumed, stopped after 5 more, resumed) of the
+    blend of `two` with weights 0.7 and 0.3 and 300 samples per epoch, and the dataset's other `options`."""
     def fresh():
-        ds = CorgiPileDataset(two(packs), **options)
+        ds = CorgiPileDataset(Blend(two(packs), weights={"web": 0.7, "code": 0.3}, samples_per_epoch=300), **options)
         ds.set_epoch(1)
         return loader(ds, workers)
 
@@ -143,24 +147,27 @@ def resumed_twice(packs, workers: int, options: dict) -> tuple:
     return whole, got
 
 
-@pytest.mark.parametrize("options", [{"batch_size": 10}, {"batch_size": 6, "balance": "size"}, {"shuffle": "window"}])
+@pytest.mark.parametrize("options", [{"batching": Batches(10)},
+                                     {"batching": Batches(6), "ranks": Ranks(balance="size")},
+                                     {"shuffle": Shuffle("window")}])
 def test_a_blend_resumes_exactly_twice_in_a_row(packs, options):
-    whole, got = resumed_twice(packs, 0, {"weights": {"web": 0.7, "code": 0.3}, "samples_per_epoch": 300, **options})
+    whole, got = resumed_twice(packs, 0, options)
     assert got == whole
 
 
 @pytest.mark.slow
 def test_a_blend_resumes_exactly_with_workers(packs):
-    whole, got = resumed_twice(packs, 2, {"weights": {"web": 0.7, "code": 0.3}, "samples_per_epoch": 300,
-                                          "batch_size": 10})
+    whole, got = resumed_twice(packs, 2, {"batching": Batches(10)})
     assert got == whole
 
 
-def run_world(packs, world: int, batches: int | None, saved=None, **options) -> tuple:
-    """Each rank's batches (all, or its first `batches`) of epoch 1, and rank 0's state."""
+def run_world(packs, world: int, batches: int | None, saved=None) -> tuple:
+    """Each rank's batches of 8 (all, or its first `batches`) of epoch 1 of a blend of `packs` with weights 0.6,
+    0.3 and 0.1 and 500 samples per epoch, and rank 0's state."""
     out, state = [], None
+    blend = Blend(packs, weights={"web": 0.6, "code": 0.3, "books": 0.1}, samples_per_epoch=500)
     for rank in range(world):
-        ds = CorgiPileDataset(packs, rank=rank, world_size=world, **options)
+        ds = CorgiPileDataset(blend, ranks=Ranks(rank=rank, world_size=world), batching=Batches(8))
         ds.set_epoch(1)
         if saved is not None:
             ds.load_state_dict(saved)
@@ -177,10 +184,9 @@ def run_world(packs, world: int, batches: int | None, saved=None, **options) -> 
 
 @pytest.mark.parametrize("old, new", [(2, 3), (3, 1)])
 def test_elastic_resume_of_a_blend_misses_nothing_and_keeps_steps_equal(packs, old, new):
-    options = {"weights": {"web": 0.6, "code": 0.3, "books": 0.1}, "samples_per_epoch": 500, "batch_size": 8}
-    before, saved = run_world(packs, old, 6, **options)
-    after, _ = run_world(packs, new, None, saved=saved, **options)
-    whole, _ = run_world(packs, 1, None, **options)
+    before, saved = run_world(packs, old, 6)
+    after, _ = run_world(packs, new, None, saved=saved)
+    whole, _ = run_world(packs, 1, None)
     epoch = Counter(t for rank in whole for batch in rank for t in batch)
     done = Counter(t for rank in before + after for batch in rank for t in batch)
     assert not epoch - done                                   # every read of the epoch happened
@@ -194,30 +200,36 @@ def test_elastic_resume_of_a_blend_misses_nothing_and_keeps_steps_equal(packs, o
     ({"weights": {"web": 1}}, "exactly the sources"),
     ({"samples_per_epoch": 0}, "samples_per_epoch"),
     ({"samples_per_epoch": "nope"}, "names no source"),
-    ({"partitions": {0: []}}, "do not apply to a blend"), ({"group_by_size": True, "batch_size": 4}, "do not apply to a blend"),
 ])
-def test_a_bad_blend_is_refused_before_any_read(packs, kwargs, words):
+def test_a_bad_blend_is_refused_when_made(packs, kwargs, words):
     with pytest.raises(ArgumentError, match=words):
-        CorgiPileDataset(two(packs), **kwargs)
+        Blend(two(packs), **kwargs)
+
+
+@pytest.mark.parametrize("parts", [{"ranks": Ranks(partitions={0: []})},
+                                   {"batching": Batches(4, group_by_size=True)}])
+def test_options_of_one_pack_are_refused_with_a_blend_before_any_read(packs, parts):
+    with pytest.raises(ArgumentError, match="do not apply to a Blend"):
+        CorgiPileDataset(Blend(two(packs)), **parts)
 
 
 def test_weights_are_checked_before_any_manifest_is_opened(tmp_path):
     with pytest.raises(ArgumentError, match="non-negative"):
-        CorgiPileDataset({"a": tmp_path / "missing-a", "b": tmp_path / "missing-b"}, weights=[1, -2])
+        CorgiPileDataset(Blend({"a": tmp_path / "missing-a", "b": tmp_path / "missing-b"}, weights=[1, -2]))
 
 
-def test_weights_without_a_blend_are_refused(packs):
+def test_a_blend_of_one_path_is_refused(packs):
     with pytest.raises(ArgumentError, match="mapping"):
-        CorgiPileDataset(packs["web"], weights=[1])
+        CorgiPileDataset(Blend(packs["web"], weights=[1]))
 
 
 def test_sources_that_decode_to_different_kinds_cannot_share_default_batches(packs, tmp_path):
     make_image_corpus(tmp_path / "images", 12, long_tail=False)
     pack(tmp_path / "images", tmp_path / "image-pack", PackOptions(block_samples=4), progress=False)
-    sources = {"images": tmp_path / "image-pack", "text": packs["code"]}
+    sources = Blend({"images": tmp_path / "image-pack", "text": packs["code"]})
     with pytest.raises(ArgumentError, match="different kinds"):
-        CorgiPileDataset(sources, decode="auto", batch_size=4)
-    raw = CorgiPileDataset(sources, batch_size=4)  # bytes batch together; so do decoded samples one by one
+        CorgiPileDataset(sources, batching=Batches(4), decode="auto")
+    raw = CorgiPileDataset(sources, batching=Batches(4))  # bytes batch together; so do decoded samples one by one
     assert sum(len(batch["key"]) for batch in raw) == 49
     assert {type(s["data"]).__name__ for s in CorgiPileDataset(sources, decode="auto")} == {"Tensor", "str"}
 
@@ -225,7 +237,8 @@ def test_sources_that_decode_to_different_kinds_cannot_share_default_batches(pac
 def test_a_blend_pickles_for_spawn_workers_after_it_has_iterated(packs):
     import pickle
 
-    ds = CorgiPileDataset(two(packs), weights=[0.6, 0.4], samples_per_epoch=120, batch_size=6, balance="dynamic")
+    ds = CorgiPileDataset(Blend(two(packs), weights=[0.6, 0.4], samples_per_epoch=120),
+                          ranks=Ranks(balance="dynamic"), batching=Batches(6))
     ds.set_epoch(2)
     first = [tags(batch) for batch in ds]
     copy = pickle.loads(pickle.dumps(ds))
@@ -234,12 +247,12 @@ def test_a_blend_pickles_for_spawn_workers_after_it_has_iterated(packs):
 
 @pytest.mark.slow
 def test_persistent_workers_read_each_new_epoch_of_a_blend(packs):
-    ds = CorgiPileDataset(two(packs), weights=[0.5, 0.5], samples_per_epoch=100, batch_size=10)
+    ds = CorgiPileDataset(Blend(two(packs), weights=[0.5, 0.5], samples_per_epoch=100), batching=Batches(10))
     dl = StatefulDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
     for epoch in (0, 1):
         ds.set_epoch(epoch)
         got = sorted(t for batch in dl for t in tags(batch))
-        fresh = CorgiPileDataset(two(packs), weights=[0.5, 0.5], samples_per_epoch=100, batch_size=10)
+        fresh = CorgiPileDataset(Blend(two(packs), weights=[0.5, 0.5], samples_per_epoch=100), batching=Batches(10))
         fresh.set_epoch(epoch)
         assert got == sorted(t for batch in fresh for t in tags(batch))
 
@@ -257,5 +270,5 @@ def test_a_pack_with_a_field_named_source_is_refused_in_a_blend(packs, tmp_path)
     (old / "manifest.json").write_text(json.dumps(head))
     assert "source" in open_manifest(old).fields
     with pytest.raises(ArgumentError, match=r"\['old'\] have a field named 'source'"):
-        CorgiPileDataset({"web": packs["web"], "old": old})
-    CorgiPileDataset({"web": packs["web"], "code": packs["code"]})  # the same pack without it blends
+        CorgiPileDataset(Blend({"web": packs["web"], "old": old}))
+    CorgiPileDataset(Blend({"web": packs["web"], "code": packs["code"]}))  # the same pack without it blends
