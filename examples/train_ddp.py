@@ -14,7 +14,7 @@ that were not trained on yet (those trained after the checkpoint are trained aga
 
 What it shows, in the order a training script needs it:
 
-- `CorgiPileDataset(..., decode="rgb", transform=resize, batch_size=B, balance="size")`: the
+- `CorgiPileDataset(..., batching=Batches(B), ranks=Ranks(balance="size"), decode="rgb", transform=resize)`: the
   dataset yields whole collated batches (`data`: a float tensor (B, 3, S, S); `label`: int64),
   size-balanced across the ranks so that no rank waits for another at each step;
 - `StatefulDataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)`:
@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, CorgiPileDataset, Ranks
 from corgi_io.manifest.fields import KINDS
 
 CHECKPOINT = "checkpoint.pt"
@@ -127,8 +127,8 @@ def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)  # the same initial weights on every rank
-    dataset = CorgiPileDataset(args.pack, decode="rgb", transform=functools.partial(resize, size=args.image_size),
-                               batch_size=args.batch_size, balance="size")
+    dataset = CorgiPileDataset(args.pack, batching=Batches(args.batch_size), ranks=Ranks(balance="size"),
+                               decode="rgb", transform=functools.partial(resize, size=args.image_size))
     problem = images_only(dataset)
     if problem is not None:  # every rank sees the same manifest, so every rank stops here
         report(f"train_ddp.py: {problem}")
