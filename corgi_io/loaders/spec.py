@@ -125,7 +125,8 @@ def _check_types(**parts) -> None:
     """ArgumentError for a part that is not of its kind (a flat keyword where an object belongs, say)."""
     for name, (value, kinds) in parts.items():
         if not isinstance(value, kinds):
-            wanted = " or ".join(k.__name__ for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+            wanted = " or ".join("None" if k is type(None) else k.__name__
+                                 for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
             raise ArgumentError(f"{name}= takes {wanted}, got {value!r}")
 
 
