@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from corgi_io.arguments import check_at_least
+from corgi_io.arguments import check_at_least, check_callable
 
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import BatchBudget, BlockTable, BudgetPlanner, loader_planner
@@ -90,8 +90,7 @@ def loader_spec(source, *, shuffle: Shuffle, seed, ranks: Ranks, batching, decod
     _check_types(shuffle=(shuffle, Shuffle), ranks=(ranks, Ranks), decode=(decoding, Decoding),
                  reading=(reading, Reading), cache=(cache, (Cache, type(None))),
                  batching=(batching, (*BATCHINGS, type(None))))
-    if transform is not None and not callable(transform):
-        raise ArgumentError(f"transform must be callable, got {transform!r}")
+    check_callable("transform", transform, optional=True)
     if isinstance(batching, TokenRows):
         _check_rows(shuffle, ranks, decoding, transform, cache)
     elif ranks.balance != "count" and (batching is None or shuffle.mode != "corgipile"):
