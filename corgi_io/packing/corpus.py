@@ -11,7 +11,8 @@ The walk (walk.py) is consumed a chunk of `CHUNK` samples at a time.  Each chunk
 spooled to unnamed files (spool.py) and read back as one numpy column each when the walk is done,
 so once a chunk has passed no Python object is left per sample: the driver keeps 35 bytes per
 sample (byte count, key length, kind, extension, label, field mask, string offset), whatever the
-corpus holds; names and keys stay on disk.  Only ``stat`` is called here; file contents are read
+corpus holds, 22 once the byte counts and field masks are narrowed (files under 64 KiB, at most 8
+field names); names and keys stay on disk.  Only ``stat`` is called here; file contents are read
 later, by the pack's tasks.
 
 Grouping and skipping are `grouping.SampleGrouper`'s.  Every input gets an outcome: it is packed, or it is skipped with a one-line warning on
@@ -49,12 +50,12 @@ class Corpus:
 
     base: str                  # folder that raw names are relative to (an absolute raw name stands alone)
     strings: SpooledStrings    # per sample: raw names (as the folder or listing has them, primary first), NUL, key
-    nbytes: np.ndarray         # int64: bytes of all its files, from stat
+    nbytes: np.ndarray         # unsigned, the narrowest that holds the largest: bytes of all its files, from stat
     key_bytes: np.ndarray      # uint32: UTF-8 bytes of the key
     kind: np.ndarray           # uint8: index into KINDS, the primary field's
     ext: np.ndarray            # uint16: index into `extensions`, the primary field's tar member suffix
     label: np.ndarray          # int32: index into `labels`, -1 when unlabeled
-    fields: np.ndarray         # uint64: bit i set when the sample has field `field_names[i]`
+    fields: np.ndarray         # unsigned, the narrowest that holds them: bit i set when it has `field_names[i]`
     extensions: list           # lower-case, escaped extensions of primary fields, sorted
     labels: list               # the label index: id -> name
     field_names: list          # every field name in the corpus, in order of first appearance (the mask's bits)
@@ -120,7 +121,7 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
         builder.close_group()
         _report(progress, builder.flush())
         fields, key_hash = builder.finish(base)
-        corpus = Corpus(*fields)
+        corpus = _narrowed(Corpus(*fields))
         key_rules.check_unique(corpus, key_hash, source)
         return corpus
     except BaseException:
@@ -128,6 +129,17 @@ def discover(source, kind: str = "auto", label_index=None, strict: bool = False,
         raise
     finally:
         builder.summarise()
+
+
+def _narrowed(corpus: Corpus) -> Corpus:
+    """`corpus` with its byte counts and field masks in the narrowest unsigned dtype that holds their largest value
+    (uint16 and uint8 for files under 64 KiB and at most 8 field names: 35 -> 22 B per sample), one column at a
+    time: 4 to 7 B per file less at the driver's peak, while the plan is made (issue 30).  O(N), before the key
+    check and the plan.  Readers widen a chunk before any arithmetic on it (`pack_plan.make_plan`)."""
+    for name in ("nbytes", "fields"):
+        column = getattr(corpus, name)
+        setattr(corpus, name, column.astype(np.min_scalar_type(int(column.max(initial=0))), copy=False))
+    return corpus
 
 
 def _map_large_blocks() -> None:

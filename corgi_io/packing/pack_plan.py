@@ -188,7 +188,8 @@ class PackPlan:
 def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, fmt, fields=None) -> PackPlan:
     """Order the samples (seeded permutation, or walk order), then cut blocks and shards from each record's
     estimated size (`fmt.estimate_record_bytes` from payload and key bytes and, given the `fields` masks, the
-    number of fields: no file is read)."""
+    number of fields: no file is read).  `nbytes` and `key_bytes` may be any unsigned dtype (the corpus narrows
+    them): each chunk is widened to int64 first."""
     count = len(nbytes)
     order = pack_order(count, options)
     estimates = np.empty(count, dtype=np.int64)
@@ -196,7 +197,7 @@ def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, f
         files = order[start:start + ESTIMATE_CHUNK]
         counts = 1 if fields is None else np.bitwise_count(fields[files]).astype(np.int64)
         estimates[start:start + len(files)] = fmt.estimate_record_bytes(
-            nbytes[files], key_bytes[files].astype(np.int64), counts)
+            nbytes[files].astype(np.int64), key_bytes[files].astype(np.int64), counts)
     cuts = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
                               max(1, options.shard_bytes - len(fmt.TRAILER)))
     return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, tuple(range(len(cuts.shard_starts))),
