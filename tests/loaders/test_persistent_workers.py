@@ -17,7 +17,7 @@ from itertools import zip_longest
 import pytest
 import torch
 
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, CorgiPileDataset, Ranks, Shuffle
 from corgi_io.loaders.shared_epoch import SharedEpoch
 from corgi_io import PackOptions, pack
 from helpers.corpus_factory import write_text
@@ -36,8 +36,8 @@ def text_pack(tmp_path_factory):
     return root / "pack"
 
 
-def dataset(path, **kw) -> CorgiPileDataset:
-    return CorgiPileDataset(path, buffer_blocks=2, seed=7, rank=1, world_size=2, **kw)
+def dataset(path) -> CorgiPileDataset:
+    return CorgiPileDataset(path, shuffle=Shuffle(buffer_blocks=2), seed=7, ranks=Ranks(rank=1, world_size=2))
 
 
 def epoch_keys(loader) -> list:
@@ -120,7 +120,7 @@ def interleave(*streams) -> list:
 def planned_keys(ds) -> list:
     """This rank's epoch as the main process plans it: the workers' plans (in batches of the dataset's
     `batch_size`, else one by one), interleaved."""
-    step = ds.batch_size or 1
+    step = ds.spec.batch_size or 1
     streams = ([ds.manifest.key(i) for _, order in ds.plan(w, WORKERS) for i in order.tolist()] for w in range(WORKERS))
     batches = interleave(*([keys[i:i + step] for i in range(0, len(keys), step)] for keys in streams))
     return [key for batch in batches for key in batch]
@@ -129,7 +129,8 @@ def planned_keys(ds) -> list:
 def dynamic_rank(path, rendezvous, rank: int, out) -> None:
     """One of two gloo ranks: an epoch, made-up step times (rank 1 is twice as slow), then a dynamic epoch."""
     torch.distributed.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-    ds = CorgiPileDataset(path, buffer_blocks=2, seed=7, balance="dynamic", batch_size=4)
+    ds = CorgiPileDataset(path, shuffle=Shuffle(buffer_blocks=2), seed=7, ranks=Ranks(balance="dynamic"),
+                          batching=Batches(4))
     loader = torch.utils.data.DataLoader(ds, num_workers=WORKERS, batch_size=None, timeout=60,
                                          persistent_workers=True)
     ds.set_epoch(0)  # no steps measured yet: static size balance
