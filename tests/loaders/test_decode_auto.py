@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from corgi_io import DecodeError, PackOptions, pack
-from corgi_io.loaders import AutoDecoder, CorgiPileDataset, VideoDecoder
+from corgi_io.loaders import AutoDecoder, CorgiPileDataset, Shuffle, VideoDecoder
 
 pytest.importorskip("av", reason="pip install 'corgi-io[video]'")
 
@@ -54,8 +54,9 @@ def test_auto_takes_its_clip_options_from_a_video_decoder(packed_mixed):
 
 
 def test_an_image_decoder_on_a_mixed_pack_names_the_key_and_kind_it_cannot_decode(packed_mixed):
-    dataset = CorgiPileDataset(packed_mixed("wds"), shuffle="none", decode="pil")
-    first_other = next(s for s in CorgiPileDataset(packed_mixed("wds"), shuffle="none") if s["kind"] != "image")
+    dataset = CorgiPileDataset(packed_mixed("wds"), shuffle=Shuffle("none"), decode="pil")
+    first_other = next(s for s in CorgiPileDataset(packed_mixed("wds"), shuffle=Shuffle("none"))
+                       if s["kind"] != "image")
     with pytest.raises(DecodeError) as info:
         list(dataset)
     message, kind = str(info.value), {"video": "a video", "text": "text"}[first_other["kind"]]

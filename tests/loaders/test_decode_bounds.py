@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from corgi_io import DecodeError
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import CorgiPileDataset, Decoding
 from corgi_io import PackOptions, pack
 from helpers.corpus_factory import png_claiming
 
@@ -56,10 +56,10 @@ def test_a_pixel_bomb_is_refused_before_it_allocates(bombs, decode, key, pixels)
 
 
 def test_max_pixels_is_the_bound_for_pil_and_rgb(bombs):
-    assert decode_one(bombs, "img/small", decode="rgb", max_pixels=35).shape == (5, 7, 3)
+    assert decode_one(bombs, "img/small", decode=Decoding("rgb", max_pixels=35)).shape == (5, 7, 3)
     for decode in ("pil", "rgb"):
         with pytest.raises(DecodeError, match="above max_pixels=34"):
-            decode_one(bombs, "img/small", decode=decode, max_pixels=34)
+            decode_one(bombs, "img/small", decode=Decoding(decode, max_pixels=34))
 
 
 def test_a_decode_failure_names_the_key_the_kind_and_the_shard(bombs):

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from corgi_io import CorruptDataError, DecodeError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset, on_error
+from corgi_io.loaders import Batches, CorgiPileDataset, Decoding, Shuffle, on_error
 from helpers.corpus_factory import png_claiming, write_image
 
 BAD = {"a/broken": "cannot decode (OSError: image file is truncated", "a/bomb": "image is 60000x60000 = "
@@ -62,18 +62,18 @@ def test_max_pixels_is_the_only_bound_when_pillows_own_would_warn_or_refuse(tmp_
         monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", limit)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            (sample,) = CorgiPileDataset(tmp_path / "pack", decode="rgb", max_pixels=4000)
+            (sample,) = CorgiPileDataset(tmp_path / "pack", decode=Decoding("rgb", max_pixels=4000))
         assert sample["data"].shape == (60, 60, 3)
         with pytest.raises(DecodeError, match="sample 'a/wide' \\(image\\): image is 60x60 = 3,600 pixels, above "
                                               "max_pixels=2,000$"):
-            list(CorgiPileDataset(tmp_path / "pack", decode="pil", max_pixels=2000))
+            list(CorgiPileDataset(tmp_path / "pack", decode=Decoding("pil", max_pixels=2000)))
 
 
 @pytest.mark.parametrize("decode,kind", [("rgb", "image"), ("pil", "image"), ("video", "video"), ("text", "text")])
 def test_a_kind_mismatch_says_so(packed_mixed, decode, kind):
-    first = next(s for s in CorgiPileDataset(packed_mixed("wds"), shuffle="none") if s["kind"] != kind)
+    first = next(s for s in CorgiPileDataset(packed_mixed("wds"), shuffle=Shuffle("none")) if s["kind"] != kind)
     with pytest.raises(DecodeError) as info:
-        list(CorgiPileDataset(packed_mixed("wds"), shuffle="none", decode=decode))
+        list(CorgiPileDataset(packed_mixed("wds"), shuffle=Shuffle("none"), decode=decode))
     article = {"image": "an image", "video": "a video", "text": "text"}[first["kind"]]
     plural = {"image": "images", "video": "videos", "text": "text"}[kind]
     assert str(info.value).endswith(f"shard-{info.value.shard[6:12]}.tar: byte offset {info.value.offset}: sample "
@@ -84,7 +84,8 @@ def test_a_kind_mismatch_says_so(packed_mixed, decode, kind):
 
 def test_skip_on_a_mixed_pack_keeps_every_image_and_the_steps(packed_mixed):
     kinds = {s["key"]: s["kind"] for s in CorgiPileDataset(packed_mixed("wds"))}
-    dataset = CorgiPileDataset(packed_mixed("wds"), decode="rgb", on_error="skip", batch_size=8, collate_fn=list)
+    dataset = CorgiPileDataset(packed_mixed("wds"), decode=Decoding("rgb", on_error="skip"),
+                               batching=Batches(8, collate_fn=list))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         batches = list(dataset)
@@ -101,7 +102,7 @@ def test_skip_warns_for_the_first_failures_then_counts(bad_pack, monkeypatch):
     monkeypatch.setattr(on_error, "WARN_FIRST", 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        batches = list(CorgiPileDataset(root, decode="rgb", on_error="skip", batch_size=4))
+        batches = list(CorgiPileDataset(root, decode=Decoding("rgb", on_error="skip"), batching=Batches(4)))
     texts = [str(w.message) for w in caught]
     assert len(texts) == 2, texts
     assert any(f"sample {key!r} (image): {reason}" in texts[0] for key, reason in BAD.items()), texts
@@ -114,7 +115,7 @@ def test_skip_warns_for_the_first_failures_then_counts(bad_pack, monkeypatch):
 
 def test_a_batch_whose_every_sample_fails_raises(tmp_path):
     root = one_sample_pack(tmp_path, "broken.png", png_claiming(8, 8))
-    dataset = CorgiPileDataset(root, decode="rgb", on_error="skip", batch_size=1)
+    dataset = CorgiPileDataset(root, decode=Decoding("rgb", on_error="skip"), batching=Batches(1))
     with pytest.warns(UserWarning, match="skipped"), pytest.raises(DecodeError) as info:
         list(dataset)
     assert str(info.value).endswith("; and every other sample of its batch of 1 failed to decode: on_error='skip' "
@@ -129,13 +130,15 @@ def test_a_failing_transform_is_not_skipped(bad_pack):
         raise RuntimeError("my transform broke")
 
     with pytest.raises(RuntimeError, match="my transform broke"):
-        list(CorgiPileDataset(root, decode="rgb", on_error="skip", batch_size=4, transform=broken))
+        list(CorgiPileDataset(root, decode=Decoding("rgb", on_error="skip"), batching=Batches(4),
+                              transform=broken))
 
 
 @pytest.mark.slow
 def test_skip_through_two_workers_yields_len_loader_batches_without_the_bad_keys(bad_pack):
     root, good = bad_pack
-    dataset = CorgiPileDataset(root, decode="rgb", on_error="skip", batch_size=4, buffer_blocks=2)
+    dataset = CorgiPileDataset(root, decode=Decoding("rgb", on_error="skip"), batching=Batches(4),
+                               shuffle=Shuffle(buffer_blocks=2))
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60)
     batches = list(loader)
     assert len(batches) == len(loader) == len(dataset) == 4  # 16 samples: the steps of an epoch without failures
@@ -148,7 +151,7 @@ def test_skip_through_two_workers_yields_len_loader_batches_without_the_bad_keys
 @pytest.mark.slow
 def test_raise_through_two_workers_names_the_bad_key(bad_pack):
     root, _ = bad_pack
-    dataset = CorgiPileDataset(root, decode="rgb", batch_size=4, buffer_blocks=2)
+    dataset = CorgiPileDataset(root, decode="rgb", batching=Batches(4), shuffle=Shuffle(buffer_blocks=2))
     with pytest.raises(DecodeError) as info:
         list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, timeout=60))
     message = str(info.value)

@@ -10,7 +10,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from corgi_io import DecodeError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset, ImageDecoder, collate_samples
+from corgi_io.loaders import Batches, CorgiPileDataset, Decoding, ImageDecoder, Shuffle, collate_samples
 from helpers.corpus_factory import make_image_corpus, png_claiming
 from helpers.packs import image_pack
 from images.test_fused import jpeg_claiming
@@ -27,7 +27,7 @@ def images(tmp_path_factory):
 
 def payloads(root) -> dict:
     """{key: (index, payload bytes)} of every sample."""
-    return {s["key"]: (s["index"], s["data"]) for s in CorgiPileDataset(root, shuffle="none")}
+    return {s["key"]: (s["index"], s["data"]) for s in CorgiPileDataset(root, shuffle=Shuffle("none"))}
 
 
 def decoder(**options) -> ImageDecoder:
@@ -36,7 +36,7 @@ def decoder(**options) -> ImageDecoder:
 
 def test_batches_are_uint8_images_each_the_fused_decode_of_its_own_bytes(images):
     raw = payloads(images)
-    ds = CorgiPileDataset(images, batch_size=8, decode=decoder(), seed=3)
+    ds = CorgiPileDataset(images, batching=Batches(8), decode=decoder(), seed=3)
     ds.set_epoch(2)
     batches = list(ds)
     assert [len(b["key"]) for b in batches] == [8] * 5
@@ -70,11 +70,11 @@ def test_resume_gives_the_same_remaining_images(images, workers):
     def loader(ds):
         return StatefulDataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
 
-    whole = [b["data"] for b in loader(CorgiPileDataset(images, batch_size=4, decode=decoder(), seed=5))]
-    it = iter(loader(CorgiPileDataset(images, batch_size=4, decode=decoder(), seed=5)))
+    whole = [b["data"] for b in loader(CorgiPileDataset(images, batching=Batches(4), decode=decoder(), seed=5))]
+    it = iter(loader(CorgiPileDataset(images, batching=Batches(4), decode=decoder(), seed=5)))
     for _ in range(3):
         next(it)
-    resumed = loader(CorgiPileDataset(images, batch_size=4, decode=decoder(), seed=5))
+    resumed = loader(CorgiPileDataset(images, batching=Batches(4), decode=decoder(), seed=5))
     resumed.load_state_dict(it.state_dict())
     rest = [b["data"] for b in resumed]
     assert len(rest) == len(whole) - 3 and all(torch.equal(a, b) for a, b in zip(rest, whole[3:]))
@@ -83,7 +83,7 @@ def test_resume_gives_the_same_remaining_images(images, workers):
 @pytest.mark.slow
 def test_worker_batches_match_the_main_process(images):
     def by_key(workers: int) -> dict:
-        ds = CorgiPileDataset(images, batch_size=8, decode=decoder(), seed=1)
+        ds = CorgiPileDataset(images, batching=Batches(8), decode=decoder(), seed=1)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
         return {k: img for b in loader for k, img in zip(b["key"], b["data"])}
 
@@ -107,7 +107,7 @@ def with_bad(tmp_path_factory):
 def test_broken_images_are_skipped_and_their_batches_keep_the_others(with_bad):
     raw = payloads(with_bad)
     assert {"cat/broken", "cat/bomb"} <= raw.keys()
-    ds = CorgiPileDataset(with_bad, batch_size=6, decode=decoder(), on_error="skip")
+    ds = CorgiPileDataset(with_bad, batching=Batches(6), decode=Decoding(decoder(), on_error="skip"))
     with pytest.warns(UserWarning) as caught:
         batches = list(ds)
     assert {"truncated" in str(w.message) or "30000x30000" in str(w.message) for w in caught} == {True}
@@ -124,7 +124,7 @@ def test_workers_forked_after_the_parent_used_opencv_threads_do_not_hang(images)
     import cv2
 
     cv2.resize(np.zeros((3000, 3000, 3), np.uint8), (1000, 1000))  # OpenCV's thread pool, busy before the fork
-    ds = CorgiPileDataset(images, batch_size=8, decode=decoder())
+    ds = CorgiPileDataset(images, batching=Batches(8), decode=decoder())
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60)
     assert sum(len(b["key"]) for b in loader) == N
 
@@ -144,7 +144,7 @@ def test_batches_are_filled_in_place_not_stacked(images, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("torch.stack copied a batch that was decoded in place")
 
-    ds = CorgiPileDataset(images, batch_size=8, decode=decoder())
+    ds = CorgiPileDataset(images, batching=Batches(8), decode=decoder())
     monkeypatch.setattr(torch, "stack", refuse)
     assert sum(len(b["data"]) for b in ds) == N
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from corgi_io import ArgumentError, DecodeError, PackOptions, pack
-from corgi_io.loaders import CorgiPileDataset, VideoDecoder
+from corgi_io.loaders import CorgiPileDataset, Decoding, VideoDecoder
 from corgi_io.loaders.video import frame_indices
 from helpers.corpus_factory import write_garbage_video, write_video
 
@@ -117,10 +117,10 @@ def test_a_clip_above_max_pixels_is_refused_before_its_frames_are_decoded(tmp_pa
     with pytest.raises(DecodeError, match=r"'big/wide' \(video\): a clip of 64 frames of 1920x1088 is .* above max_"):
         clips(tmp_path / "pack", decode=VideoDecoder(frames=64))  # 64 x 1920 x 1088 = 134M pixels, 400 MB
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before < 100
-    (clip,) = clips(tmp_path / "pack", decode="video", max_pixels=8 * 1920 * 1088).values()
+    (clip,) = clips(tmp_path / "pack", decode=Decoding("video", max_pixels=8 * 1920 * 1088)).values()
     assert clip.shape == (8, 1088, 1920, 3)
     with pytest.raises(DecodeError, match="above max_pixels"):
-        clips(tmp_path / "pack", decode="video", max_pixels=8 * 1920 * 1088 - 1)
+        clips(tmp_path / "pack", decode=Decoding("video", max_pixels=8 * 1920 * 1088 - 1))
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
