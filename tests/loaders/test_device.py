@@ -7,7 +7,7 @@ import pytest
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from corgi_io.loaders import Batch, CorgiPileDataset, PackedBytes, to_device
+from corgi_io.loaders import Batch, Batches, CorgiPileDataset, PackedBytes, to_device
 from corgi_io.loaders.device import _moved
 from helpers.packs import text_pack
 
@@ -18,7 +18,7 @@ def packed(tmp_path_factory):
 
 
 def loader(root):
-    ds = CorgiPileDataset(root, batch_size=4, seed=2)
+    ds = CorgiPileDataset(root, batching=Batches(4), seed=2)
     ds.set_epoch(1)
     return StatefulDataLoader(ds, batch_size=None)
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from corgi_io import ArgumentError, DecodeError
 from corgi_io.images.crops import CROPS, draw_numbers, sample_uniforms
-from corgi_io.loaders import CorgiPileDataset, ImageDecoder
+from corgi_io.loaders import Batches, CorgiPileDataset, ImageDecoder, Shuffle
 from corgi_io.loaders.device import _moved
 from corgi_io.loaders.device_images import EncodedImages, decode_batch
 from helpers.packs import image_pack
@@ -86,10 +86,10 @@ def images(tmp_path_factory):
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_workers_pass_the_bytes_and_the_batch_decodes_as_the_cpu_path_crops(images, workers):
     device = ImageDecoder(size=24, device="cuda", seed=2)  # decoded below on the CPU: the batch is what matters
-    ds = CorgiPileDataset(images, batch_size=6, decode=device, seed=2)
+    ds = CorgiPileDataset(images, batching=Batches(6), decode=device, seed=2)
     ds.set_epoch(1)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
-    raw = {s["key"]: s["data"] for s in CorgiPileDataset(images, shuffle="none")}
+    raw = {s["key"]: s["data"] for s in CorgiPileDataset(images, shuffle=Shuffle("none"))}
     cpu = ImageDecoder(size=24).for_epoch(2, 1)
     seen = 0
     for batch in loader:
@@ -104,7 +104,8 @@ def test_workers_pass_the_bytes_and_the_batch_decodes_as_the_cpu_path_crops(imag
     assert seen == 24
 
 
-@pytest.mark.parametrize("options", [{}, {"transform": lambda x: x}, {"batch_size": 4, "transform": lambda x: x}])
+@pytest.mark.parametrize("options", [{}, {"transform": lambda x: x},
+                                     {"batching": Batches(4), "transform": lambda x: x}])
 def test_device_decoding_needs_raw_batches(images, options):
     with pytest.raises(ArgumentError, match="device"):
         CorgiPileDataset(images, decode=ImageDecoder(device="cuda"), **options)

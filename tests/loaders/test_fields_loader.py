@@ -11,7 +11,7 @@ import torch
 from helpers.corpus_factory import write_image
 
 from corgi_io.errors import ArgumentError, CorruptDataError
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import Batches, CorgiPileDataset, Reading, Shuffle
 from corgi_io.loaders.collate import PackedBytes, collate_samples
 from corgi_io.packing import PackOptions, pack
 
@@ -38,7 +38,7 @@ def captioned(request, tmp_path_factory):
 
 def test_each_field_is_under_its_name_and_data_is_the_primary(captioned):
     root, expected = captioned
-    samples = list(CorgiPileDataset(root, seed=0, shuffle="none"))
+    samples = list(CorgiPileDataset(root, seed=0, shuffle=Shuffle("none")))
     assert len(samples) == 6
     for sample in samples:
         fields = expected[sample["key"]]
@@ -50,7 +50,7 @@ def test_each_field_is_under_its_name_and_data_is_the_primary(captioned):
 
 def test_a_decode_mapping_decodes_each_field_and_batches_hold_every_field(captioned):
     root, expected = captioned
-    dataset = CorgiPileDataset(root, seed=0, shuffle="none", batch_size=3,
+    dataset = CorgiPileDataset(root, seed=0, shuffle=Shuffle("none"), batching=Batches(3),
                                decode={"jpg": "rgb", "txt": "text", "json": "text"})
     batches = list(dataset)
     assert len(batches) == 2
@@ -64,7 +64,7 @@ def test_a_decode_mapping_decodes_each_field_and_batches_hold_every_field(captio
 
 def test_raw_fields_batch_as_packed_bytes_and_a_transform_stays_the_primary(captioned):
     root, _ = captioned
-    dataset = CorgiPileDataset(root, seed=0, shuffle="none", batch_size=2, decode={"jpg": "rgb"},
+    dataset = CorgiPileDataset(root, seed=0, shuffle=Shuffle("none"), batching=Batches(2), decode={"jpg": "rgb"},
                                transform=lambda image: image.float().mean())
     batch = next(iter(dataset))
     assert isinstance(batch["txt"], PackedBytes) and batch["jpg"] is batch["data"]
@@ -73,14 +73,14 @@ def test_raw_fields_batch_as_packed_bytes_and_a_transform_stays_the_primary(capt
 
 def test_a_string_decode_still_decodes_the_primary_field(captioned):
     root, _ = captioned
-    sample = next(iter(CorgiPileDataset(root, seed=0, shuffle="none", decode="rgb")))
+    sample = next(iter(CorgiPileDataset(root, seed=0, shuffle=Shuffle("none"), decode="rgb")))
     assert sample["data"].shape == (6, 8, 3) and isinstance(sample["txt"], bytes)
 
 
 def test_a_decode_mapping_refuses_a_field_of_another_kind(captioned):
     root, _ = captioned
     with pytest.raises(Exception, match="field 'txt' of sample .* is text; decode='rgb' decodes images"):
-        next(iter(CorgiPileDataset(root, seed=0, shuffle="none", decode={"txt": "rgb"})))
+        next(iter(CorgiPileDataset(root, seed=0, shuffle=Shuffle("none"), decode={"txt": "rgb"})))
     with pytest.raises(ArgumentError):
         CorgiPileDataset(root, decode={1: "rgb"})
 
@@ -95,13 +95,13 @@ def test_records_that_disagree_with_the_manifest_are_corrupt(captioned, tmp_path
         data = bytearray(shard.read_bytes())
         data[:16] = b"\xff" * 16  # the first tar header's name, or the first TFRecord's framing
         shard.write_bytes(bytes(data))
-        list(CorgiPileDataset(copy, seed=0, shuffle="none", verify_reads=False))
+        list(CorgiPileDataset(copy, seed=0, shuffle=Shuffle("none"), reading=Reading(verify=False)))
 
 
 @pytest.mark.parametrize("root", [DATA / "v2-wds", DATA / "v2-tfrecord", DATA / "v1-wds"])
 def test_single_field_packs_keep_their_sample_dict(root, tmp_path):
     shutil.copytree(root, tmp_path / "pack")
-    samples = list(CorgiPileDataset(tmp_path / "pack", seed=0, shuffle="none"))
+    samples = list(CorgiPileDataset(tmp_path / "pack", seed=0, shuffle=Shuffle("none")))
     assert samples and all(set(sample) == SINGLE_FIELD_KEYS for sample in samples)
     assert set(collate_samples(samples[:2])) == SINGLE_FIELD_KEYS
 
@@ -112,7 +112,7 @@ def test_an_image_decoder_field_fills_its_batch_beside_decoded_captions(captione
     root, expected = captioned
     decode = {"jpg": ImageDecoder(size=(6, 8)), "txt": "text"}
     monkeypatch.setattr(torch, "stack", None)  # the images go into their rows: nothing may stack them
-    batches = list(CorgiPileDataset(root, batch_size=3, decode=decode, seed=2))
+    batches = list(CorgiPileDataset(root, batching=Batches(3), decode=decode, seed=2))
     assert [b["data"].shape for b in batches] == [(3, 6, 8, 3)] * 2 and all(b["jpg"] is b["data"] for b in batches)
     single = ImageDecoder(size=(6, 8)).for_epoch(2, 0)
     for batch in batches:

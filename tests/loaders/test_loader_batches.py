@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from corgi_io import BatchError, PackOptions, pack
-from corgi_io.loaders import Batch, CorgiPileDataset, PackedBytes
+from corgi_io.loaders import Batch, Batches, CorgiPileDataset, PackedBytes, Ranks, Shuffle
 from helpers.corpus_factory import write_text
 from helpers.packs import image_pack
 
@@ -26,11 +26,12 @@ def texts(tmp_path_factory):
     return root
 
 
-def run_ranks(root, world: int, workers: int, batch_size: int, **options):
+def run_ranks(root, world: int, workers: int, batch_size: int, shuffle: str = "corgipile", drop_last: bool = False):
     """Per rank: (len(loader), the batches' key lists) of one epoch, each rank with its own loader."""
-    out, balance = [], "size" if options.get("shuffle", "corgipile") == "corgipile" else "count"  # size needs corgipile
+    out, balance = [], "size" if shuffle == "corgipile" else "count"  # size needs corgipile
     for rank in range(world):
-        ds = CorgiPileDataset(root, rank=rank, world_size=world, batch_size=batch_size, balance=balance, **options)
+        ds = CorgiPileDataset(root, shuffle=Shuffle(shuffle), batching=Batches(batch_size),
+                              ranks=Ranks(rank=rank, world_size=world, balance=balance, drop_last=drop_last))
         ds.set_epoch(1)
         loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, timeout=60 if workers else 0)
         out.append((len(loader), [list(batch["key"]) for batch in loader]))
@@ -72,7 +73,7 @@ def test_drop_last_drops_each_ranks_partial_batch(texts, workers):
 
 
 def test_the_worker_split_is_whole_batches_but_one(texts):
-    ds = CorgiPileDataset(texts, batch_size=32)  # 200 samples, 7 batches: 3 workers take 3, 2 and 2
+    ds = CorgiPileDataset(texts, batching=Batches(32))  # 200 samples, 7 batches: 3 workers take 3, 2 and 2
     counts = [int((p[:, 2] - p[:, 1]).sum()) for p in (ds.worker_pieces(k, 3) for k in range(3))]
     assert counts == [96 - 24, 64, 64] and len(ds) == 7
 
@@ -80,7 +81,7 @@ def test_the_worker_split_is_whole_batches_but_one(texts):
 @pytest.mark.slow
 def test_raw_bytes_cross_two_workers_as_one_buffer(texts):
     expected = {s["key"]: s["data"] for s in CorgiPileDataset(texts)}
-    ds = CorgiPileDataset(texts, batch_size=16)
+    ds = CorgiPileDataset(texts, batching=Batches(16))
     seen = {}
     for batch in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60):
         assert type(batch) is Batch and isinstance(batch["data"], PackedBytes)
@@ -91,13 +92,13 @@ def test_raw_bytes_cross_two_workers_as_one_buffer(texts):
 
 
 def test_collate_fn_is_the_users_and_needs_batch_size(texts):
-    ds = CorgiPileDataset(texts, batch_size=10, collate_fn=lambda samples: [s["key"] for s in samples])
+    ds = CorgiPileDataset(texts, batching=Batches(10, collate_fn=lambda samples: [s["key"] for s in samples]))
     batches = list(ds)
     assert len(batches) == len(ds) == 20 and all(isinstance(k, str) for k in batches[0])
-    with pytest.raises(ValueError, match="batch_size"):
-        CorgiPileDataset(texts, collate_fn=list)
-    with pytest.raises(ValueError, match="batch_size"):
-        CorgiPileDataset(texts, batch_size=0)
+    with pytest.raises(TypeError, match="size"):
+        Batches(collate_fn=list)
+    with pytest.raises(ValueError, match="batch size"):
+        Batches(0)
 
 
 @pytest.fixture(scope="module")
@@ -113,20 +114,20 @@ def resize_to_16(image: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.slow
 def test_decoded_images_stack_with_a_fixed_size_transform(images):
-    ds = CorgiPileDataset(images, batch_size=5, decode="rgb", transform=resize_to_16)
+    ds = CorgiPileDataset(images, batching=Batches(5), decode="rgb", transform=resize_to_16)
     batches = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=60))
     assert [tuple(b["data"].shape) for b in batches] == [(5, 16, 16, 3), (5, 16, 16, 3), (2, 16, 16, 3)]
     assert batches[0]["data"].dtype == torch.uint8
 
 
 def test_images_of_different_sizes_name_the_sample_that_broke_the_stack(images):
-    ds = CorgiPileDataset(images, batch_size=12, decode="rgb")
+    ds = CorgiPileDataset(images, batching=Batches(12), decode="rgb")
     with pytest.raises(BatchError, match=r"sample '\w+/\d+' has data as a tensor of shape \(\d+, \d+, 3\), "
                                          r"the batch's first sample '\w+/\d+' has a tensor of shape "
                                          r".*resize transform.*collate_fn="):
         next(iter(ds))
     with pytest.raises(BatchError, match="PIL image"):
-        next(iter(CorgiPileDataset(images, batch_size=4, decode="pil")))
+        next(iter(CorgiPileDataset(images, batching=Batches(4), decode="pil")))
 
 
 @pytest.mark.parametrize("batch_size", [None, 3])
@@ -141,6 +142,6 @@ def test_len_is_right_with_uneven_partitions(tmp_path, batch_size, drop_last):
     samples = 4 if drop_last else 36             # the smallest partition's count, or the largest's (padding)
     expected = samples if batch_size is None else samples // 3 if drop_last else -(-samples // 3)
     for rank in range(2):
-        ds = CorgiPileDataset(tmp_path / "pack", rank=rank, world_size=2, partitions=partitions,
-                              batch_size=batch_size, drop_last=drop_last)
+        ds = CorgiPileDataset(tmp_path / "pack", batching=None if batch_size is None else Batches(batch_size),
+                              ranks=Ranks(rank=rank, world_size=2, partitions=partitions, drop_last=drop_last))
         assert len(ds) == len(list(ds)) == expected

@@ -2,11 +2,11 @@
 
 Each mutation damages a copy of a small pack the way an operator's bad day would: flipped
 bytes, a zeroed 512-byte range, truncation, appended garbage, a deleted shard, two shards
-swapped.  The loader (verify_reads on, the default) must never yield a byte it was not
+swapped.  The loader (Reading(verify=True), the default) must never yield a byte it was not
 packed with: it either yields the whole epoch with every sample's original bytes (the damage
 hit bytes no sample owns, such as a tar trailer), or it raises CorruptDataError or
 StorageError naming the damaged shard, having yielded only intact samples before.  Nothing
-hangs.  With verify_reads=False the same campaign shows what the check buys.
+hangs.  With Reading(verify=False) the same campaign shows what the check buys.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from corgi_io import CorruptDataError, StorageError
-from corgi_io.loaders import CorgiPileDataset
+from corgi_io.loaders import CorgiPileDataset, Reading, Shuffle
 from corgi_io import PackOptions, pack
 from helpers.corpus_factory import write_text
 
@@ -37,7 +37,7 @@ def packs(tmp_path_factory):
         root = tmp_path_factory.mktemp(f"integrity-{fmt}") / "pack"
         m = pack(source, root, PackOptions(format=fmt, block_samples=4, shard_bytes=12 << 10), progress=False)
         assert len(m.shards) >= 4
-        originals = {s["key"]: s["data"] for s in CorgiPileDataset(root, shuffle="none")}
+        originals = {s["key"]: s["data"] for s in CorgiPileDataset(root, shuffle=Shuffle("none"))}
         out[fmt] = root, originals
     return out
 
@@ -79,7 +79,8 @@ def run_epoch(root: Path, originals: dict, verify: bool, seed: int) -> tuple:
     'raised', 'wrong bytes yielded' (silent corruption) or 'raised after wrong bytes'."""
     wrong = False
     try:
-        for sample in CorgiPileDataset(root, seed=seed, buffer_blocks=2, verify_reads=verify):
+        for sample in CorgiPileDataset(root, seed=seed, shuffle=Shuffle(buffer_blocks=2),
+                                       reading=Reading(verify=verify)):
             wrong = wrong or originals.get(sample["key"]) != sample["data"]
     except (CorruptDataError, StorageError) as exc:
         return ("raised after wrong bytes" if wrong else "raised"), str(exc)
@@ -103,7 +104,7 @@ def test_the_loader_never_yields_a_damaged_byte(packs, tmp_path, fmt):
             assert "\n" not in message and any(f"{copy}/{name}" in message for name in damaged), message
             checked_names += 1
         shutil.rmtree(copy)
-    print(f"\n{fmt}: {MUTATIONS_PER_FORMAT} mutations, verify_reads=True: "
+    print(f"\n{fmt}: {MUTATIONS_PER_FORMAT} mutations, Reading(verify=True): "
           + ", ".join(f"{k}/{o}={n}" for (k, o), n in sorted(outcomes.items())))
     for kind in ("truncate", "append", "delete", "swap"):  # these always change what the samples' ranges hold
         assert outcomes[kind, "complete"] == 0, kind
@@ -111,7 +112,7 @@ def test_the_loader_never_yields_a_damaged_byte(packs, tmp_path, fmt):
 
 
 def test_without_verification_the_same_damage_goes_unnoticed(packs, tmp_path):
-    """The control: verify_reads=False yields damaged bytes for flips that verify_reads=True refuses."""
+    """The control: Reading(verify=False) yields damaged bytes for flips that Reading(verify=True) refuses."""
     root, originals = packs["wds"]
     rng = random.Random(11)
     silent = 0
@@ -136,9 +137,9 @@ def test_a_shard_symlinked_outside_the_pack_is_never_read(packs, tmp_path):
     victim.unlink()
     victim.symlink_to(secret)
     with pytest.raises(StorageError, match="outside the pack root"):
-        list(CorgiPileDataset(copy, shuffle="none"))
+        list(CorgiPileDataset(copy, shuffle=Shuffle("none")))
     inside = copy / "moved.tar"  # a symlink that stays inside the pack is fine
     secret.rename(inside)
     victim.unlink()
     victim.symlink_to(inside)
-    assert len(list(CorgiPileDataset(copy, shuffle="none"))) == 48
+    assert len(list(CorgiPileDataset(copy, shuffle=Shuffle("none")))) == 48
