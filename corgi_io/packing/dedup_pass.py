@@ -2,8 +2,9 @@
 
 Deciding which samples are duplicates needs every sample's hash, so it cannot happen in the same
 tasks that write the shards.  The pass runs first, in the same executor: each task hashes the
-primary field (BLAKE2b-128, `transforms.dedup.content_hash`) of one shard's rows of the pack-order
-table (`hash_rows`), or of one source unit's samples in stream order (`hash_unit`), and saves the
+primary field (BLAKE2b-128, `transforms.dedup.content_hash`) of one unit's samples in its order
+(the unit's `digests`: a folder's planned shard reads each primary file, a unit of shards or
+tables reads its samples and picks the primary field by the rules), and saves the
 (n, 2) uint64 hashes to ``.corgi-partial/hash-<n>.npy``; a rerun keeps the files that exist.
 The driver then copies them, in order, into one memory-mapped file and keeps the first of each group of equal
 hashes (`first_occurrences_chunked`, in partitions of at most `PARTITION_ROWS` samples: bounded
@@ -17,6 +18,7 @@ read or give a primary field gets a hash of its own (`UNIQUE`), so that it never
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from dataclasses import dataclass
@@ -24,14 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from corgi_io.errors import BadInput
-from corgi_io.manifest import DUPLICATE_REASON  # noqa: F401  (the skip reason of the samples it marks)
 from corgi_io.packing import executors
-from corgi_io.packing.regular_files import read_regular_file
-from corgi_io.packing.sample_rules import SampleRules
-from corgi_io.packing.sources.unit_list import Unit, read_unit
-from corgi_io.packing.table import Table, read_rows
-from corgi_io.packing.transforms.dedup import content_hash, first_occurrences_chunked
+from corgi_io.packing.transforms.dedup import first_occurrences_chunked
 from corgi_io.storage.atomic import atomic_output
 
 UNIQUE = np.uint64(2 ** 64 - 1)  # first half of the hash of a sample that has none: (UNIQUE, its stream index)
@@ -40,24 +36,16 @@ PARTITION_ROWS = 1 << 23         # samples planned in memory at once (about 35 B
 
 @dataclass(frozen=True)
 class HashTask:
-    """Hash the samples of one shard's rows [first, stop) of `table` (a folder pack) or of one `unit` (a source)."""
+    """Hash the samples of one unit (a folder's planned shard, or a unit of shards or tables), in its order."""
 
-    out: str                   # the hash file it writes
-    table: Table | None = None
-    first: int = 0
-    stop: int = 0
-    base: str = ""             # folder that the table's names are relative to
-    unit: Unit | None = None
-    read_options: dict | None = None
-    options: object = None     # the PackOptions (a source's primary field rule)
+    out: str           # the hash file it writes
+    unit: object       # a FolderShard or a StreamUnit: its `digests(options)` are the hashes
+    options: object    # the PackOptions (the input bounds, a source's primary field rule)
 
     @property
     def path(self) -> str:
-        """What it reads, for messages (an executor names a failed task by it): the unit's file, like a UnitTask, or
-        the folder and the pack order's samples [first, stop)."""
-        if self.unit is not None:
-            return self.unit.name
-        return f"{self.base} (samples {self.first:,} to {self.stop - 1:,} of the pack order)"
+        """What it reads, for messages (an executor names a failed task by it)."""
+        return self.unit.name
 
 
 @dataclass(frozen=True)
@@ -76,17 +64,23 @@ def hash_file(partial: Path, index: int) -> Path:
     return Path(partial) / f"hash-{index:06d}.npy"
 
 
-def run_hashes(executor, tasks: list, display) -> None:
-    """Run the hash tasks whose file does not exist yet (a rerun keeps the others)."""
-    todo = [task for task in tasks if not Path(task.out).exists()]
+def find_units_duplicates(executor, units: list, partial: Path, options, display) -> tuple:
+    """(path of the duplicates mask, each unit's (first, stop) samples in it), from a hashing pass over every unit
+    in order; (None, empty bounds) without --dedup.  A rerun keeps the hash files that exist."""
+    if not options.dedup:
+        return None, [(0, 0)] * len(units)
+    tasks = [HashTask(str(hash_file(partial, index)), unit, options) for index, unit in enumerate(units)]
     display.phase("dedup", "sample")
-    for _ in executor.run(hash_task, todo, display.advance):
+    for _ in executor.run(hash_task, [task for task in tasks if not Path(task.out).exists()], display.advance):
         pass
+    path, counts, _ = find_duplicates([task.out for task in tasks], partial)
+    starts = [0, *itertools.accumulate(counts)]
+    return path, list(zip(starts, starts[1:]))
 
 
 def hash_task(task: HashTask) -> HashDone:
     """Write the task's hashes, one row per sample in order."""
-    digests = _unit_digests(task) if task.unit is not None else _row_digests(task)
+    digests = task.unit.digests(task.options)
     none = struct.Struct("<QQ")
     hashes = np.frombuffer(b"".join(digest or none.pack(int(UNIQUE), index) for index, digest in enumerate(digests)),
                            dtype="<u8").reshape(-1, 2)
@@ -94,30 +88,6 @@ def hash_task(task: HashTask) -> HashDone:
         np.save(f, hashes, allow_pickle=False)
     executors.report(len(hashes), 0)
     return HashDone(len(hashes))
-
-
-def _row_digests(task: HashTask) -> list:
-    """The digest of each row's primary file (its first name), None for one that cannot be read."""
-    digests = []
-    for first in range(task.first, task.stop, 4096):
-        rows = read_rows(task.table, first, min(first + 4096, task.stop))
-        for joined in rows.names:
-            name = joined.split("\0", 1)[0]
-            try:
-                digests.append(content_hash(read_regular_file(name if name.startswith("/") else
-                                                               f"{task.base}/{name}", task.options.max_sample_bytes)))
-            except (OSError, BadInput):
-                digests.append(None)
-    return digests
-
-
-def _unit_digests(task: HashTask) -> list:
-    """The digest of each sample's primary field, in the unit's stream order (None: no primary by the rules)."""
-    rules, digests = SampleRules(task.options, strict=False), []
-    for sample in read_unit(task.unit, strict=False, on_skip=lambda message: None, **task.read_options):
-        primary = rules.primary_field(sample)
-        digests.append(content_hash(sample.fields[primary]) if primary is not None else None)
-    return digests
 
 
 def find_duplicates(hash_paths: list, partial: Path) -> tuple:

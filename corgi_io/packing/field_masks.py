@@ -22,14 +22,14 @@ class TaskNames:
     def __init__(self):
         self.bits, self.extensions = {}, {}
 
-    def mask(self, names, key: str) -> int:
-        """The task's mask of fields `names` of sample `key`; BadInput when they would make more than MAX_FIELDS."""
+    def mask(self, names) -> int:
+        """The task's mask of fields `names` of one sample; BadInput when they would make more than MAX_FIELDS."""
         mask = 0
         for name in names:
             bit = self.bits.setdefault(name, len(self.bits))
             if bit >= MAX_FIELDS:
                 del self.bits[name]
-                raise BadInput(f"sample {key!r}: field {name!r} would be field number {bit + 1}, above the "
+                raise BadInput(f"field {name!r} would be field number {bit + 1}, above the "
                                f"{MAX_FIELDS} field names a pack may have")
             mask |= 1 << bit
         return mask

@@ -1,32 +1,76 @@
-"""The manifest of a pack of source units, built from the units' records one column at a time.
+"""The manifest's columns and head parts, built last from the units' records, one column at a time.
 
 Units are concatenated in their order: unit u's shards follow unit u - 1's, its samples and blocks
 too.  Each unit names its own fields and extensions (the bits of its masks, its ext ids); the
-pack's are their union in order of first appearance, and each unit's columns are mapped onto
-them with a small lookup (a few entries per unit, nothing per sample).  Class ids are named by
-their decimal digits, "0" up to the largest id packed.  Like `columns.ManifestColumns`, every
-column is a `LazyColumn`: the driver holds one column, or the keys, at a time.
+pack's are those the driver knew before any task ran (a folder's walk), then the others in order
+of first appearance (field_masks.pack_names), and each unit's columns are mapped onto them with a
+small lookup (a few entries per unit, nothing per sample).  Every per-sample column is a
+`LazyColumn`, built when `save_manifest` writes it and dropped right after, and the keys are
+gathered last, so the driver holds one column, or the keys, at a time, however large the pack.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from corgi_io.packing.columns import LazyColumn, block_columns
-from corgi_io.packing.keys import equal_key_groups
 from corgi_io.packing.field_masks import check_field_count, pack_names, remap_ids, remap_masks
-from corgi_io.packing.unit_records import UNIT_COLUMNS, load_unit_column
+from corgi_io.packing.keys import equal_key_groups
+from corgi_io.packing.records import RECORD_COLUMNS, load_column
 
 COPIED = ("bytes", "size", "offset", "length", "data_offset", "checksum", "kind", "label")
 
 
-class UnitManifest:
-    """Head parts and columns of the pack made of `done` (the UnitDone of every unit, in order), whose records are
-    at `records` (same order)."""
+def block_columns(block_of: np.ndarray, shard, column) -> dict:
+    """The manifest's block columns: a block is each run of samples with one value of `block_of` (a block id per
+    sample in manifest order, dropped once its runs are found); `shard()` and `column(name)` give the samples'
+    shard and record columns (offset, length, size), built one or two at a time."""
+    first = np.flatnonzero(np.diff(block_of, prepend=-1) != 0)
+    count = np.diff(np.append(first, len(block_of)))
+    del block_of
+    last = first + count - 1
+    offset, length = column("offset"), column("length")
+    blocks = dict(shard=shard()[first], offset=offset[first], first=first, count=count,
+                  length=offset[last] + length[last] - offset[first])
+    del offset, length
+    size = column("size")
+    blocks["size_sum"] = np.add.reduceat(size, first) if len(first) else np.zeros(0, np.int64)
+    return blocks
 
-    def __init__(self, done: list, records: list):
+
+class LazyColumn:
+    """A column built when numpy first asks for it (``np.asarray`` calls ``__array__``)."""
+
+    def __init__(self, build, built=None):
+        self._build, self._built = build, built
+
+    def __array__(self, dtype=None, copy=None):
+        column = self._build()
+        if self._built is not None:
+            self._built()
+        return column if dtype is None else column.astype(dtype, copy=False)
+
+
+class LazyColumn:
+    """A column built when numpy first asks for it (``np.asarray`` calls ``__array__``)."""
+
+    def __init__(self, build, built=None):
+        self._build, self._built = build, built
+
+    def __array__(self, dtype=None, copy=None):
+        column = self._build()
+        if self._built is not None:
+            self._built()
+        return column if dtype is None else column.astype(dtype, copy=False)
+
+
+
+class PackColumns:
+    """Head parts and columns of the pack made of `done` (the UnitDone of every unit, in order), whose records are
+    at `records` (same order); `known` is (field names, primary field names) the driver knew, listed first."""
+
+    def __init__(self, done: list, records: list, known: tuple = ((), ())):
         self.done, self.records = done, records
-        self.field_names = check_field_count(pack_names((), (unit.field_names for unit in done)))
-        self.extensions = pack_names((), (unit.extensions for unit in done))
+        self.field_names = check_field_count(pack_names(known[0], (unit.field_names for unit in done)))
+        self.extensions = pack_names(known[1], (unit.extensions for unit in done))
         self.shard_base = np.cumsum([0, *(len(unit.shards) for unit in done)])
 
     def shards(self) -> list:
@@ -55,7 +99,7 @@ class UnitManifest:
         return columns
 
     def blocks(self) -> dict:
-        """A block is a run of samples one unit task closed as a block (it never spans two shards)."""
+        """A block is a run of samples one write task closed as a block (it never spans two shards)."""
         return block_columns(self._joined_with("block", lambda column, unit, base: column + base, self._block_bases()),
                              self._shard, self._joined)
 
@@ -86,14 +130,14 @@ class UnitManifest:
 
     def _columns(self, name: str):
         for path in self.records:
-            yield load_unit_column(path, name)
+            yield load_column(path, name)
 
     def _joined(self, name: str) -> np.ndarray:
         return self._joined_with(name, lambda column, unit, base: column, [None] * len(self.done))
 
     def _joined_with(self, name: str, convert, bases) -> np.ndarray:
         """Record column `name` of every unit, `convert(column, unit, base)`, concatenated in unit order."""
-        dtype = UNIT_COLUMNS[name][1]
+        dtype = RECORD_COLUMNS[name][1]
         parts = [convert(column, unit, base) for column, unit, base in zip(self._columns(name), self.done, bases)]
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 

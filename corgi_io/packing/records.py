@@ -1,11 +1,13 @@
-"""A packed source unit's record: what its shards hold, saved before they are renamed into place.
+"""A packed unit's record: what its shards hold, saved before they are renamed into place.
 
-A unit task (unit_writer.py) collects its samples' columns in `UnitColumns`, compactly (array
+A write task (unit_task.py) collects its samples' columns in `UnitColumns`, compactly (array
 columns, the keys in one byte string: no object per sample), and saves them as
 ``.corgi-partial/unit-<n>.rec``, an uncompressed .npz read back with ``allow_pickle=False``, with
 a small JSON summary (`UnitDone`: shard names and sizes, counts, skips, and the unit's own field
-names and extensions, which its masks and extension ids index).  The driver keeps the summaries
-and reads the columns back one at a time to write the manifest (unit_manifest.py).
+names and extensions, which its masks and extension ids index).  A shard under its final name
+therefore always has its record, and a pack killed at any moment resumes from the units whose
+record and shards exist (`load_done`).  The driver keeps the summaries and reads the columns back
+one at a time to write the manifest (manifest_columns.py).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from corgi_io.packing.field_masks import TaskNames
 from corgi_io.packing.keys import stable_key_hash
 from corgi_io.storage.atomic import atomic_output
 
-UNIT_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dtype)
+RECORD_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dtype)
     "shard": ("I", np.uint32),       # the unit's shard it is in (0, 1, ...)
     "block": ("q", np.int64),        # the unit's block it is in
     "offset": ("q", np.int64),       # record start in its shard
@@ -64,7 +66,7 @@ class UnitColumns:
     """The per-sample columns of a unit being packed, with its field names and extensions."""
 
     def __init__(self):
-        self.columns = {name: array.array(code) for name, (code, _) in UNIT_COLUMNS.items()}
+        self.columns = {name: array.array(code) for name, (code, _) in RECORD_COLUMNS.items()}
         self.columns["key_offsets"].append(0)
         self.keys = bytearray()
         self.names, self.blocks, self.shard_starts = TaskNames(), 0, [0]
@@ -74,14 +76,14 @@ class UnitColumns:
         return len(self.columns["offset"])
 
     def add(self, shard: int, base: int, row: tuple) -> None:
-        """One sample of `shard`, whose block begins at byte `base` of it; `row` as `_UnitWriter.add` makes it."""
+        """One sample of `shard`, whose block begins at byte `base` of it; `row` as `ShardWriter.add` takes it."""
         offset, length, data_offset, nbytes, size, crc, kind, ext, label, mask, key = row
         while len(self.shard_starts) <= shard:
             self.shard_starts.append(self.count)
         key = key.encode("utf-8")
         values = (shard, self.blocks, base + offset, length, base + data_offset, nbytes, size, crc, kind, ext, label,
                   mask, stable_key_hash(key))
-        for name, value in zip(UNIT_COLUMNS, values):
+        for name, value in zip(RECORD_COLUMNS, values):
             self.columns[name].append(value)
         self.keys += key
         self.columns["key_offsets"].append(len(self.keys))
@@ -99,25 +101,21 @@ class UnitColumns:
         return tuple(np.diff([*self.shard_starts, self.count]).tolist()) if self.count else ()
 
 
-def unit_shard_name(unit: int, shard: int, suffix: str) -> str:
-    """The file name of shard `shard` of unit `unit`: ``shard-000012-0003.tar``."""
-    return f"shard-{unit:06d}-{shard:04d}{suffix}"
-
-
-def unit_record_path(partial: Path, unit: int) -> Path:
+def record_path(partial: Path, unit: int) -> Path:
+    """Where unit `unit` keeps its record: in the partial folder, named by its place among the units."""
     return Path(partial) / f"unit-{unit:06d}.rec"
 
 
-def save_unit_record(path, done: UnitDone, columns: UnitColumns) -> None:
+def save_record(path, done: UnitDone, columns: UnitColumns) -> None:
     """Write a unit's record atomically (temporary name, fsync, rename)."""
     summary = json.dumps(dict(done.__dict__, skipped=list(done.skipped))).encode("utf-8")
-    arrays = {name: np.asarray(columns.columns[name], dtype=dtype) for name, (_, dtype) in UNIT_COLUMNS.items()}
+    arrays = {name: np.asarray(columns.columns[name], dtype=dtype) for name, (_, dtype) in RECORD_COLUMNS.items()}
     with atomic_output(path) as f:
         np.savez(f, summary=np.frombuffer(summary, dtype=np.uint8),
                  key_blob=np.frombuffer(bytes(columns.keys), dtype=np.uint8), **arrays)
 
 
-def load_unit_done(path, output) -> UnitDone | None:
+def load_done(path, output) -> UnitDone | None:
     """The UnitDone of a unit an earlier run finished (its record, and every shard at its recorded size), or None."""
     try:
         with np.load(path, allow_pickle=False) as record:
@@ -129,7 +127,7 @@ def load_unit_done(path, output) -> UnitDone | None:
         return None
 
 
-def load_unit_column(path, name: str) -> np.ndarray:
-    """One column of a unit's record (a name of UNIT_COLUMNS, or ``key_blob``)."""
+def load_column(path, name: str) -> np.ndarray:
+    """One column of a unit's record (a name of RECORD_COLUMNS, or ``key_blob``)."""
     with np.load(path, allow_pickle=False) as record:
         return record[name]

@@ -9,11 +9,11 @@ and the ``--min-size``/``--max-size`` filter on the final size.  A sample left o
 (--require, --primary, --kind, a transform's Drop, the size filter) is a skip record, never fatal; a
 bad one (a primary named ``cls``, a field too large, a primary field that does not decode, a
 transform's BadInput, a reserved field in what the transforms return) is a skip record too, or a
-PackError under strict.  The folder walk applies the input rules in `grouping.py` and `encode.py`,
+PackError under strict.  The folder walk applies the input rules in `grouping.py` and `sources/folder.py`,
 where they can act on a file before it is read.
 
-What the transforms return goes through `OutputRules`, the one place both pipelines (raw files:
-encode.py; shards and tables: here) run them: the primary field they leave, its kind and size,
+What the transforms return goes through `OutputRules`, which the one write task (unit_task.py) runs on
+every sample, whatever its source: the primary field they leave, its kind and size,
 and `check_fields` on the fields as they will be written, whatever made them (a source, a resize,
 a tokenizer, a user's ``--map``).
 """
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corgi_io.errors import BadInput, PackError
-from corgi_io.manifest.fields import KINDS, default_primary, field_kind
+from corgi_io.errors import BadInput
+from corgi_io.manifest.fields import default_primary, field_kind
 from corgi_io.packing.skip_reasons import (RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason,
                                           unusable_extra)
 from corgi_io.packing.sample import PackSample
 from corgi_io.packing.sizing import probe_size
-from corgi_io.packing.transforms import Drop, SizeFilter, TransformChain
+from corgi_io.packing.transforms import SizeFilter, TransformChain
 from corgi_io.packing.transforms.image import renamed_field
 
 MAX_SOURCE_LABEL = (1 << 20) - 1  # the manifest names every class id up to the largest ("0".."N"): kept bounded
@@ -48,8 +48,8 @@ def check_fields(fields: dict, primary: str, most: int) -> None:
 class OutputRules:
     """The pack-time transforms and the size filter, and what is asked of what they return; `apply` runs them.
 
-    Both pipelines run them through here, so that a sample's final fields are checked the same way whatever
-    pipeline and transform made them.  Small and picklable (a shard task carries one): only the values it needs, and
+    Every write task runs them through here, so that a sample's final fields are checked the same way whatever
+    source and transform made them.  Small and picklable (a shard task carries one): only the values it needs, and
     the input limits (max_pixels, max_sample_bytes) a shard task reads files by."""
 
     transforms: TransformChain = TransformChain()
@@ -69,7 +69,7 @@ class OutputRules:
         """False when there is nothing to run: the sample is written as read."""
         return bool(self.transforms.steps) or self.size_filter is not None
 
-    def apply(self, sample: PackSample, primary: str, kind: str, size: int, path: str | None = None):
+    def apply(self, sample: PackSample, primary: str, kind: str, size: int):
         """(primary field, kind, fields, size) of `sample` (whose primary is `primary`, of `kind` and `size`) after the
         transforms, or the Drop of a sample they or the size filter leave out; BadInput for one that cannot be packed.
 
@@ -80,12 +80,12 @@ class OutputRules:
         if result is not None and not result:
             return result
         if result is not None:
-            primary, kind, size = self._primary(result, sample.fields.get(primary), primary, kind, size, path)
+            primary, kind, size = self._primary(result, sample.fields.get(primary), primary, kind, size)
             sample = result.sample
         dropped = self.size_filter.check(sample.key, size) if self.size_filter else None
         return dropped if dropped is not None else (primary, kind, sample.fields, size)
 
-    def _primary(self, result, before, primary: str, kind: str, size: int, path) -> tuple:
+    def _primary(self, result, before, primary: str, kind: str, size: int) -> tuple:
         """(primary, kind, size) of a transformed sample, its fields checked (`check_fields`)."""
         fields = result.sample.fields
         primary = self.primary_after or renamed_field(primary, self.image_format)
@@ -101,37 +101,20 @@ class OutputRules:
         if primary in result.sizes:
             size = result.sizes[primary]
         elif fields[primary] is not before:
-            size = probe_size(kind, path, fields[primary], None, self.max_pixels)
+            size = probe_size(kind, None, fields[primary], None, self.max_pixels)
         return primary, kind, size
 
 
 class SampleRules:
-    """The rules of one pack's options; `accept(sample)` applies them to one sample."""
+    """The input rules of one pack's options; `admit(sample)` applies them to one sample read from a unit."""
 
-    def __init__(self, options, strict: bool):
-        self.options, self.strict = options, strict
-        self.output = OutputRules.of(options)
+    def __init__(self, options):
+        self.options = options
 
-    def accept(self, sample: PackSample):
-        """(primary field, kind id, size, fields, [{"reason": ...}] of the fields left out) of the sample as it is to
-        be packed, or {"reason": ...}: its skip.
-
-        PackError naming the key under strict, for a bad sample (not for one a rule leaves out)."""
-        try:
-            return self._accept(sample)
-        except BadInput as exc:
-            if self.strict:
-                raise PackError(f"sample {sample.key!r}: {exc}") from None
-            return {"reason": str(exc)}
-
-    def primary_field(self, sample: PackSample) -> str | None:
-        """The sample's primary field by the rules (--require, --primary, --kind), or None when they leave it out."""
-        if any(name not in sample.fields for name in self.options.require):
-            return None
-        chosen = self._primary(sample.fields)
-        return None if isinstance(chosen, dict) else chosen[0]
-
-    def _accept(self, sample: PackSample):
+    def admit(self, sample: PackSample):
+        """(primary field, kind, size, fields, [{"reason": ...}] of the fields left out) of the sample as it comes in,
+        or {"reason": ...}: the skip of one a rule leaves out; BadInput for a bad one (a skip, or fatal under strict).
+        The transforms and the size filter (`OutputRules`) run after, in the write task."""
         fields = sample.fields
         missing = [name for name in self.options.require if name not in fields]
         if missing:
@@ -145,14 +128,14 @@ class SampleRules:
         if sample.label > MAX_SOURCE_LABEL:
             raise BadInput(f"label {sample.label:,} is above the {MAX_SOURCE_LABEL + 1:,} classes a pack of sources "
                            "names")
-        size = probe_size(kind, None, fields[primary], None, self.options.max_pixels)
-        if self.output:
-            kept = sample if fields is sample.fields else PackSample(sample.key, sample.label, fields)
-            result = self.output.apply(kept, primary, kind, size)
-            if isinstance(result, Drop):
-                return {"reason": result.reason}
-            primary, kind, fields, size = result
-        return primary, KINDS.index(kind), size, fields, dropped
+        return primary, kind, probe_size(kind, None, fields[primary], None, self.options.max_pixels), fields, dropped
+
+    def primary_field(self, sample: PackSample) -> str | None:
+        """The sample's primary field by the rules (--require, --primary, --kind), or None when they leave it out."""
+        if any(name not in sample.fields for name in self.options.require):
+            return None
+        chosen = self._primary(sample.fields)
+        return None if isinstance(chosen, dict) else chosen[0]
 
     def _primary(self, fields: dict):
         """(primary field, its kind), or the skip of a sample that has none by the options' rule."""

@@ -1,8 +1,8 @@
 """Writing one shard file: under a temporary name, fsync'd, then renamed into place only when whole.
 
-`finish` writes the trailer, fsyncs, writes the format's sidecars and the shard's record, and
-only then renames the shard to its final name: a shard under its final name is always complete
-and has its record, so a pack interrupted at any point resumes from the shards that exist.
+`seal` writes the trailer, fsyncs and writes the format's sidecars; `publish` renames the shard
+to its final name once its unit's record is saved (shard_writer.py): a shard under its final name
+is always complete and has its record, so a pack interrupted at any point resumes from the shards that exist.
 Records are appended on a thread beside the encoding with ``writev`` (the system call releases
 the GIL, and the parts of the records are never joined into one buffer first), and write-back to
 the disk starts while the shard grows, so the final fsync waits only for the tail.
@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from corgi_io.storage.atomic import temp_name, writer_id
-from corgi_io.packing.records import ShardDone, save_record
 
 IOV_MAX = 1024  # buffers per writev call (POSIX's minimum for IOV_MAX is 16; Linux allows 1024)
 
@@ -73,13 +72,6 @@ class ShardFile:
         if job is not None:
             job.result()
 
-    def finish(self, done: ShardDone, record_path, columns: dict) -> ShardDone:
-        """Close the shard, save its sidecars and record, rename it into place."""
-        self.seal(columns["offset"], columns["length"])
-        save_record(record_path, done, columns)
-        self.publish()
-        return done
-
     def seal(self, offsets, lengths) -> None:
         """Write the trailer, fsync and close the shard, and write its sidecars (records at `offsets`, `lengths`);
         it keeps its temporary name until `publish`."""
@@ -96,14 +88,14 @@ class ShardFile:
         os.replace(self.temp_path, self.path)
 
     def abort(self) -> None:
-        """Drop the temporary file of an unfinished shard (`finish` may have closed it already, or failed after)."""
+        """Drop the temporary file of an unfinished shard (`seal` may have closed it already, or failed after)."""
         self._threads.shutdown(wait=True, cancel_futures=True)
         self._close()
         self.temp_path.unlink(missing_ok=True)
 
     def _close(self) -> None:
         """Close the descriptor exactly once: `fd` is None from the moment it is closed (or the close failed),
-        so that `abort` after `finish` never closes it twice, nor a descriptor another thread opened since."""
+        so that `abort` after `seal` never closes it twice, nor a descriptor another thread opened since."""
         fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)

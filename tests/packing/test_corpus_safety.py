@@ -19,7 +19,7 @@ from urllib.parse import unquote_to_bytes
 
 import pytest
 
-from corgi_io.packing.encode import read_regular_file
+from corgi_io.packing.regular_files import read_regular_file
 from corgi_io.packing.corpus import discover
 from corgi_io.packing.skip_reasons import MAX_WARNINGS
 from corgi_io.packing.walk import key_from_path
@@ -307,7 +307,7 @@ def test_a_fifo_swapped_in_after_the_walk_is_never_read(tmp_path, corgi, monkeyp
     write_image(src / "a" / "ok.png", 8, 8)
     write_image(src / "a" / "swapped.png", 8, 8)
     out = tmp_path / "out"
-    from corgi_io.packing import pipeline
+    from corgi_io.packing import planning
 
     def swap_after_walk(*args, **kwargs):
         found = discover(*args, **kwargs)
@@ -315,7 +315,7 @@ def test_a_fifo_swapped_in_after_the_walk_is_never_read(tmp_path, corgi, monkeyp
         os.mkfifo(src / "a" / "swapped.png")
         return found
 
-    monkeypatch.setattr(pipeline, "discover", swap_after_walk)
+    monkeypatch.setattr(planning, "discover", swap_after_walk)
     outcome = _within(HANG_TIMEOUT_S, corgi, "pack", src, out, "--workers", "1")
     assert outcome["value"].exit_code == 0, outcome
     m = open_manifest(out)

@@ -110,13 +110,17 @@ def test_a_worker_killed_while_it_reports_progress_never_hangs_the_driver():
 
 def test_a_hash_task_is_named_by_what_it_reads_not_by_the_file_it_writes(tmp_path):
     from corgi_io.packing.dedup_pass import HashTask
+    from corgi_io.packing.sources.folder import FolderShard
+    from corgi_io.packing.sources.stream import StreamUnit
     from corgi_io.packing.sources.unit_list import Unit
+    from corgi_io.packing.table import Table
 
     out = str(tmp_path / "hash-000003.npy")
-    assert HashTask(out, unit=Unit("wds", "/data/part-003.tar")).path == "/data/part-003.tar"
-    assert HashTask(out, unit=Unit("parquet", "/data/t.parquet", part=2)).path == "/data/t.parquet (row group 2)"
-    assert HashTask(out, first=4096, stop=8192, base="/data/images").path == (
-        "/data/images (samples 4,096 to 8,191 of the pack order)")
+    assert HashTask(out, StreamUnit(3, Unit("wds", "/data/part-003.tar"), {}), None).path == "/data/part-003.tar"
+    assert HashTask(out, StreamUnit(3, Unit("parquet", "/data/t.parquet", part=2), {}), None).path == (
+        "/data/t.parquet (row group 2)")
+    shard = FolderShard("shard-000003.tar", Table("rows", "strings"), (4096, 6000, 8192), "/data/images", ("jpg",))
+    assert HashTask(out, shard, None).path == "/data/images (samples 4,096 to 8,191 of the pack order)"
 
 
 def test_the_output_rules_a_shard_task_carries_hold_no_pack_options():

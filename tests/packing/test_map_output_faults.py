@@ -142,13 +142,12 @@ def test_every_reserved_name_is_refused_in_the_output_but_the_primary_may_be_nam
 
 @pytest.mark.parametrize("name", sorted(RESERVED_NAMES))
 def test_a_map_that_adds_a_reserved_field_skips_its_sample_with_the_reason(user_map, name):
-    from corgi_io.packing.sample_rules import SampleRules
+    from corgi_io.packing.sample_rules import OutputRules
 
-    options = PackOptions(map_function=f"{user_map(name)}:add_reserved")
-    rules = SampleRules(options, strict=False)
-    assert rules.accept(PackSample("k/0", 1, {"jpg": jpeg(8, 8, 0)})) == {
-        "reason": f"after the transforms: {reserved_reason_of(name)}"}
-    assert rules.accept(PackSample("k/1", 1, {"jpg": jpeg(8, 8, 0)}))[3] == {"jpg": jpeg(8, 8, 0)}
+    rules = OutputRules.of(PackOptions(map_function=f"{user_map(name)}:add_reserved"))
+    with pytest.raises(BadInput, match=f"^after the transforms: {re.escape(reserved_reason_of(name))}$"):
+        rules.apply(PackSample("k/0", 1, {"jpg": jpeg(8, 8, 0)}), "jpg", "image", 64)
+    assert rules.apply(PackSample("k/1", 1, {"jpg": jpeg(8, 8, 0)}), "jpg", "image", 64)[2] == {"jpg": jpeg(8, 8, 0)}
 
 
 def reserved_reason_of(name: str) -> str:

@@ -115,7 +115,7 @@ def test_a_failed_finish_closes_the_shard_once(tmp_path):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "close", lambda fd: (closed.append(fd), real_close(fd))[1])
         with pytest.raises(IsADirectoryError):
-            shard.finish(None, tmp_path / "record", {"offset": [0], "length": [10]})
+            shard.seal([0], [10])
         shard.abort()
     assert len(closed) == 1, closed
     assert not list(tmp_path.glob(".shard-*")), "the temporary shard stayed"

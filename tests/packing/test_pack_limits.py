@@ -16,7 +16,8 @@ from PIL import Image
 
 from corgi_io.errors import BadInput, PackError
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, open_manifest
-from corgi_io.packing import PackOptions, encode
+from corgi_io.packing import PackOptions
+from corgi_io.packing.sources import folder
 from corgi_io.packing.sizing import MAX_WHITESPACE, text_tokens
 from corgi_io.packing.spool import SpooledStrings
 from helpers.corpus_factory import png_claiming, write_image, write_text
@@ -188,8 +189,8 @@ def test_a_file_above_max_sample_bytes_is_skipped_unread(tmp_path, corgi, monkey
     write_text(tmp_path / "src" / "a" / "small.txt", 10)
     (tmp_path / "src" / "a" / "large.txt").write_text("word " * 400, encoding="utf-8")  # 2,000 bytes
     read = []
-    real_read = encode.read_regular_file
-    monkeypatch.setattr(encode, "read_regular_file", lambda path, most: read.append(path) or real_read(path, most))
+    real_read = folder.read_regular_file
+    monkeypatch.setattr(folder, "read_regular_file", lambda path, most: read.append(path) or real_read(path, most))
     result = corgi("pack", tmp_path / "src", tmp_path / "out", "--workers", "1", "--max-sample-bytes", "1k")
     assert result.exit_code == 0, result.output
     m = open_manifest(tmp_path / "out")
@@ -212,9 +213,9 @@ def test_a_file_above_max_sample_bytes_fails_the_pack_under_strict(tmp_path, cor
 def test_the_worker_reads_at_most_the_limit_even_from_a_file_that_grew(tmp_path, monkeypatch):
     path = tmp_path / "grown.bin"
     path.write_bytes(b"x" * (3 << 20))
-    assert len(encode.read_regular_file(str(path), 3 << 20)) == 3 << 20
+    assert len(folder.read_regular_file(str(path), 3 << 20)) == 3 << 20
     with pytest.raises(BadInput, match="above the limit of 2,097,152"):
-        encode.read_regular_file(str(path), 2 << 20)
+        folder.read_regular_file(str(path), 2 << 20)
     real_fstat = os.fstat
 
     def stale_fstat(fd):  # the size the walk saw: the file has grown since
@@ -223,7 +224,7 @@ def test_the_worker_reads_at_most_the_limit_even_from_a_file_that_grew(tmp_path,
 
     monkeypatch.setattr(os, "fstat", stale_fstat)
     with pytest.raises(BadInput, match=r"^grew past the limit of 1,048,576 bytes while it was read"):
-        encode.read_regular_file(str(path), 1 << 20)
+        folder.read_regular_file(str(path), 1 << 20)
 
 
 @pytest.mark.parametrize("limits", [{"max_pixels": 0}, {"max_pixels": -5}, {"max_pixels": True}, {"max_pixels": 2.5},

@@ -124,18 +124,18 @@ def test_bad_options_refused_before_any_work(corpus, tmp_path, args, message):
 def test_a_resumed_resized_pack_is_byte_identical(corpus, tmp_path, monkeypatch):
     options = PackOptions(image_max_side=SIDE, order="keep", block_samples=1, shard_bytes=1, block_bytes=1)
     pack(corpus, tmp_path / "whole", options, progress=False)
-    write_shard, written = pipeline.write_shard, []
+    write_unit, written = pipeline.write_unit, []
 
     def fail_after_first(task):  # a crash once one shard is finished: its record stays in .corgi-partial/
         if written:
             raise KeyboardInterrupt
-        written.append(task.shard)
-        return write_shard(task)
+        written.append(task.index)
+        return write_unit(task)
 
-    monkeypatch.setattr(pipeline, "write_shard", fail_after_first)
+    monkeypatch.setattr(pipeline, "write_unit", fail_after_first)
     with pytest.raises(KeyboardInterrupt):
         pack(corpus, tmp_path / "resumed", options, progress=False)
-    monkeypatch.setattr(pipeline, "write_shard", write_shard)
+    monkeypatch.setattr(pipeline, "write_unit", write_unit)
     pack(corpus, tmp_path / "resumed", options, progress=False)
     names = sorted(path.name for path in (tmp_path / "whole").iterdir())
     assert names == sorted(path.name for path in (tmp_path / "resumed").iterdir()) and len(names) > 4
@@ -187,7 +187,7 @@ def expected_ids(tokenizer_file: Path) -> dict:
 
 @pytest.mark.parametrize("fmt, workers", [("wds", "1"), pytest.param("tfrecord", "2", marks=pytest.mark.slow)])  # 2: a pool
 def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tmp_path, fmt, workers):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Shuffle
 
     result = run_pack(corpus, tmp_path / "out", "--format", fmt, "--tokenizer", str(tokenizer_file), "--workers",
                       workers, "--block-samples", "1", "--shard-bytes", "1")
@@ -195,7 +195,7 @@ def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tm
     ids, manifest = expected_ids(tokenizer_file), open_manifest(tmp_path / "out")
     assert manifest.extensions == ["tokens.npy"] and set(manifest.fields) == {"jpg", "txt", "tokens.npy"}
     assert dict(zip(manifest.keys(), manifest.samples.size.tolist())) == {key: len(ids[key]) for key in SIZES}
-    for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle="none", decode="tokens"):
+    for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle=Shuffle("none"), decode="tokens"):
         assert sample["kind"] == "text" and sample["ext"] == "tokens.npy"
         assert sample["data"].tolist() == ids[sample["key"]] and sample["txt"] == CAPTIONS[sample["key"]]
         assert sample["jpg"] == (corpus / f"{sample['key']}.jpg").read_bytes()
@@ -207,7 +207,7 @@ def test_tokenizer_makes_tokens_npy_the_primary_field(corpus, tokenizer_file, tm
 
 
 def test_drop_text_and_a_changed_tokenizer_file(corpus, tokenizer_file, tmp_path):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Shuffle
 
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_bytes(tokenizer_file.read_bytes())
@@ -216,7 +216,7 @@ def test_drop_text_and_a_changed_tokenizer_file(corpus, tokenizer_file, tmp_path
     ids, manifest = expected_ids(tokenizer_file), open_manifest(out)
     assert set(manifest.keys()) == {key for key in SIZES if len(ids[key]) <= 4} == {"big/a", "big/b"}
     assert manifest.options["transforms"][0]["sha256"] and manifest.options["drop_text"]
-    for sample in CorgiPileDataset(out, seed=0, shuffle="none"):
+    for sample in CorgiPileDataset(out, seed=0, shuffle=Shuffle("none")):
         assert "txt" not in sample and sample["fields"] == ["tokens.npy", "jpg"]
     tokenizer.write_text(tokenizer.read_text().replace("[UNK]", "[UNKNOWN]"))
     again = run_pack(corpus, out, "--tokenizer", str(tokenizer), "--drop-text", "--max-size", "4")
@@ -230,7 +230,7 @@ def test_drop_text_needs_a_tokenizer(corpus, tmp_path):
 
 @pytest.mark.parametrize("fmt, image_format, field", [("wds", "jpeg", "jpg"), ("tfrecord", "webp", "webp")])
 def test_image_format_reencodes_and_renames_fields(tmp_path, fmt, image_format, field):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Shuffle
 
     source = tmp_path / "src"
     sizes = {"p/big": (120, 60, "png"), "p/small": (20, 30, "png"), "j/small": (30, 20, "jpg")}
@@ -242,7 +242,7 @@ def test_image_format_reencodes_and_renames_fields(tmp_path, fmt, image_format, 
     assert result.exit_code == 0, result.output
     manifest = open_manifest(tmp_path / "out")
     assert manifest.extensions == [field] and set(manifest.fields) == {field, "txt"} and not list(manifest.skip_records())
-    for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle="none"):
+    for sample in CorgiPileDataset(tmp_path / "out", seed=0, shuffle=Shuffle("none")):
         width, height, ext = sizes[sample["key"]]
         assert sample["ext"] == field and sample["fields"] == [field, "txt"] and sample["txt"] == sample["key"].encode()
         image = Image.open(io.BytesIO(sample["data"]))
