@@ -96,11 +96,11 @@ def test_corgi_plan_refuses_bad_weights_with_one_line(two_packs, corgi, weights,
 
 
 def test_a_dataset_blend_with_huge_weights_reads_the_whole_epoch(two_packs):
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Blend, CorgiPileDataset
 
     packs = dict(zip("ab", map(str, two_packs)))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        ds = CorgiPileDataset(packs, weights={"a": HUGE, "b": HUGE})
+        ds = CorgiPileDataset(Blend(packs, weights={"a": HUGE, "b": HUGE}))
         sources = [sample["source"] for sample in ds]
     assert len(sources) == 100 and sources.count("a") == sources.count("b") == 50

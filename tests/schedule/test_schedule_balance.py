@@ -112,20 +112,23 @@ def test_heavy_slot_grid():
         [HEAVY_EVERY - 1] * 2 + [2 * HEAVY_EVERY - 1, 3 * HEAVY_EVERY - 1]
 
 
-@pytest.mark.parametrize("kw", [dict(balance="size"), dict(balance="dynamic"),
-                                dict(balance="size", batch_size=4, shuffle="block")])
-def test_dataset_refuses_size_balance_without_balanced_batches(tmp_path, kw):
+@pytest.mark.parametrize("balance, batch_size, shuffle", [("size", None, "corgipile"), ("dynamic", None, "corgipile"),
+                                                           ("size", 4, "block")])
+def test_dataset_refuses_size_balance_without_balanced_batches(tmp_path, balance, batch_size, shuffle):
     pytest.importorskip("torch")
     from corgi_io import PackOptions, pack
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Batches, CorgiPileDataset, Ranks, Shuffle
     from helpers.corpus_factory import write_text
 
     for i in range(6):
         write_text(tmp_path / "corpus" / f"c{i % 2}" / f"t{i}.txt", n_tokens=20 + 30 * i, seed=i)
     pack(tmp_path / "corpus", tmp_path / "pack", PackOptions(block_samples=2), workers=1, progress=False)
-    with pytest.raises(ValueError, match=r"balance='(size|dynamic)' .*needs batch_size= \(or batch_budget=\) and shuffle='corgipile'"):
-        CorgiPileDataset(tmp_path / "pack", rank=0, world_size=2, **kw)
-    assert len(CorgiPileDataset(tmp_path / "pack", rank=0, world_size=2, balance=kw["balance"], batch_size=4)) == 1  # batches: 3 samples
+    ranks = Ranks(rank=0, world_size=2, balance=balance)
+    with pytest.raises(ValueError, match=r"Ranks\(balance='(size|dynamic)'\) .*it needs batching=Batches\(\.\.\.\) or "
+                                         r"Budget\(\.\.\.\) and Shuffle\('corgipile'\)"):
+        CorgiPileDataset(tmp_path / "pack", ranks=ranks, shuffle=Shuffle(shuffle),
+                         batching=None if batch_size is None else Batches(batch_size))
+    assert len(CorgiPileDataset(tmp_path / "pack", ranks=ranks, batching=Batches(4))) == 1  # batches: 3 samples
 
 
 @settings(max_examples=80, deadline=None)

@@ -123,7 +123,7 @@ def test_a_pack_on_a_real_hdfs_reads_as_the_local_one(client, tmp_path):
     if not installed({"pyarrow": "pyarrow", "hdfs-native": "hdfs_native"}[client]):
         pytest.skip(SETUP_HINT)
     pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Reading, Shuffle
 
     local = small_image_pack(tmp_path)
     url = f"{os.environ[TEST_HDFS].rstrip('/')}/corgi-{uuid.uuid4().hex[:12]}"
@@ -133,8 +133,8 @@ def test_a_pack_on_a_real_hdfs_reads_as_the_local_one(client, tmp_path):
         fs.makedirs(target.rpartition("/")[0], exist_ok=True)
         fs.put_file(str(path), target)
     try:
-        options = {"seed": 3, "buffer_blocks": 2}
-        remote = CorgiPileDataset(url, storage_options={"hdfs_client": client}, **options)
+        options = {"seed": 3, "shuffle": Shuffle(buffer_blocks=2)}
+        remote = CorgiPileDataset(url, reading=Reading(storage_options={"hdfs_client": client}), **options)
         got = [(s["key"], s["data"]) for s in remote]
         assert got == [(s["key"], s["data"]) for s in CorgiPileDataset(local, **options)]
         assert sorted(key for key, _ in got) == sorted(remote.manifest.keys())

@@ -117,14 +117,15 @@ def test_without_credentials_a_private_pack_fails_and_anon_reads_a_public_one(s3
     assert report.ok and report.samples_checked == open_manifest(local_pack).num_samples
 
 
-def dataset(source, server=None, **options):
+def dataset(source, server=None, mode: str = "corgipile", buffer_blocks: int = 1):
     """A CorgiPileDataset of the pack at `source` (given `server`, an s3:// URL read from it), blocks in a
-    seeded order, with little read-ahead: most blocks are read well after iteration starts."""
+    seeded order (shuffle `mode`), with little read-ahead: most blocks are read well after iteration starts."""
     pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import CorgiPileDataset, Reading, Shuffle
 
-    storage = {} if server is None else {"storage_options": {"endpoint_url": server.url}}
-    return CorgiPileDataset(source, **{"buffer_blocks": 1, "prefetch_blocks": 1, "seed": 0, **storage, **options})
+    storage = {} if server is None else {"endpoint_url": server.url}
+    return CorgiPileDataset(source, shuffle=Shuffle(mode, buffer_blocks=buffer_blocks), seed=0,
+                            reading=Reading(prefetch_blocks=1, storage_options=storage))
 
 
 def samples_of(ds) -> list:
@@ -153,13 +154,13 @@ def test_a_state_saved_mid_epoch_resumes_to_the_rest_of_the_epoch(s3, local_pack
         return stateful.StatefulDataLoader(ds, batch_size=4, num_workers=workers,
                                            collate_fn=lambda samples: [s["key"] for s in samples])
 
-    first = loader(dataset(url, server, shuffle="window"))
+    first = loader(dataset(url, server, mode="window"))
     consumed = []
     for batch in first:
         consumed += batch
         if len(consumed) == 12:
             break
-    second = loader(dataset(url, server, shuffle="window"))
+    second = loader(dataset(url, server, mode="window"))
     second.load_state_dict(first.state_dict())
     rest = [key for batch in second for key in batch]
     assert rest and Counter(consumed + rest) == Counter(open_manifest(local_pack).keys())
@@ -203,7 +204,7 @@ def test_a_damaged_object_is_a_corrupt_data_error_naming_the_shard(s3, local_pac
     server.client().put_object(Bucket="corgi-damaged", Key=f"pack/{victim.path}", Body=damaged.read_bytes())
     got = []
     with pytest.raises(CorruptDataError, match=f"^{url}/{victim.path}: byte offset") as caught:
-        for sample in dataset(url, server, shuffle="none"):
+        for sample in dataset(url, server, mode="none"):
             got.append(sample["key"])
     assert caught.value.shard == victim.path and "\n" not in str(caught.value)
     assert got == m.keys()[:victim.first_sample]
@@ -211,12 +212,13 @@ def test_a_damaged_object_is_a_corrupt_data_error_naming_the_shard(s3, local_pac
 
 def test_dataset_through_a_cache_reads_each_piece_from_s3_once(s3, tmp_path):
     pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
-    from corgi_io.loaders import CorgiPileDataset
+    from corgi_io.loaders import Cache, CorgiPileDataset, Reading, Shuffle
 
     server, url = s3
-    options = {"storage_options": {"endpoint_url": server.url}, "buffer_blocks": 2, "seed": 0}
+    options = {"reading": Reading(storage_options={"endpoint_url": server.url}), "shuffle": Shuffle(buffer_blocks=2),
+               "seed": 0}
     plain = CorgiPileDataset(url, **options)
-    cached = CorgiPileDataset(url, **options, cache_dir=tmp_path, cache_limit=10**8)
+    cached = CorgiPileDataset(url, **options, cache=Cache(tmp_path, 10**8))
     for epoch in range(2):
         for dataset in (plain, cached):
             dataset.set_epoch(epoch)
