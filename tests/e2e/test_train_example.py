@@ -37,8 +37,8 @@ def gloo_available() -> bool:
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not gloo_available(), reason="torch.distributed with gloo is needed"),
               pytest.mark.skipif(not hasattr(corgi_io.loaders, "collate_samples"),
-                                 reason="the example needs the dataset's batch mode (CorgiPileDataset(batch_size=B) "
-                                        "yielding collated batches)")]
+                                 reason="the example needs the dataset's batch mode "
+                                        "(CorgiPileDataset(batching=Batches(B)) yielding collated batches)")]
 
 
 @pytest.fixture(scope="module")
