@@ -2,17 +2,18 @@
 
 `pack` and `PackOptions` are the public face (also exported by `corgi_io`).  One job per module:
 
-* walk.py, grouping.py, corpus.py, keys.py, spool.py - streaming SOURCE into compact numpy columns of samples, unique keys;
-* sizing.py - size probes; layout.py and pack_plan.py - pure planning (order, blocks, shards, todo);
-* table.py - the samples in pack order, which the tasks read; encode.py, shard_file.py, records.py -
-  the task that writes one whole shard and its record;
-* sample.py - the pack-time sample (key, label, fields); user_code.py - a user's MODULE:FUNCTION;
-  regular_files.py - reading one input file safely; field_masks.py - each task's field names and masks;
-* sources/ - readers of existing tars, TFRecords, Parquet and JSONL, one unit at a time; unit_pipeline.py,
-  unit_writer.py, unit_records.py, unit_manifest.py, sample_rules.py - packing them, a task per unit;
-* transforms/ - resize, tokenise, map, filters, dedup on samples; dedup_pass.py - --dedup's hashing pass;
+* planning.py - every SOURCE listed as units: a folder's or listing's walk (walk.py, grouping.py, corpus.py,
+  keys.py, spool.py), pure plan (layout.py, pack_plan.py) and pack-order table (table.py), or the units of
+  existing shards and tables;
+* sources/ - one module per SOURCE form (folder.py: a planned shard; stream.py over wds, tfrecord, parquet,
+  jsonl readers), forms.py (which form), unit_list.py (listing units), values.py (what readers share);
+* unit_task.py - the one worker path of every sample: sample_rules.py (input rules, OutputRules), transforms/
+  (resize, tokenise, map, filters, dedup), field_masks.py, shard_writer.py (blocks, CRC, shards; shard_file.py)
+  and records.py (a unit's record); dedup_pass.py - --dedup's hashing pass over the same units;
+* sizing.py - size probes; sample.py - the pack-time sample; user_code.py - a user's MODULE:FUNCTION;
+  regular_files.py - reading one input file safely; skip_reasons.py - skip texts and warnings;
 * executors.py - where tasks run (on `corgi_io.processes` or Dask); output.py - OUTPUT's states; progress_bar.py - the
-  one progress line; columns.py - the manifest's columns, one at a time; pipeline.py - `pack`.
+  one progress line; manifest_columns.py - the manifest's columns, one at a time; pipeline.py - `pack`.
 """
 from corgi_io.packing.pipeline import pack
 from corgi_io.packing.pack_plan import PackOptions

@@ -1,8 +1,9 @@
-"""Shard tasks on a Dask distributed cluster: ``corgi pack --dask ADDRESS`` and ``pack(..., client=...)``.
+"""Pack tasks on a Dask distributed cluster: ``corgi pack --dask ADDRESS`` and ``pack(..., client=...)``.
 
-The tasks are the ones the local pool runs (`encode.write_shard` over `ShardTask`s): each worker
-reads its files, writes its whole shard straight into OUTPUT (a file system every worker and the
-driver share) and sends back a `ShardDone` of a few numbers, so the bytes are those of a local pack.
+The tasks are the ones the local pool runs (`unit_task.write_unit` over `WriteTask`s, and the
+--dedup hash tasks): each worker reads its unit, writes its shards straight into OUTPUT (a file
+system every worker and the driver share) and sends back a `UnitDone` of a few numbers, so the
+bytes are those of a local pack.
 
 * Bounded: at most TASKS_AHEAD tasks per worker thread sit in the scheduler, so 10^5 shards never
   become 10^5 futures at once; the count follows the cluster as it scales.
@@ -12,7 +13,7 @@ driver share) and sends back a `ShardDone` of a few numbers, so the bytes are th
   naming its shard in the driver; the shards already finished stay, and a rerun resumes.
 * A killed worker leaves its temporary shard behind: the driver removes every temporary file in
   OUTPUT when the pack finishes (output.finish_output), as after a local crash.
-* Progress: a remote task cannot report live, so each ShardDone's ``progress`` is counted when it
+* Progress: a remote task cannot report live, so each UnitDone's ``progress`` is counted when it
   arrives.
 
 Dask is an optional extra (``corgi-io[dask]``): nothing here imports it until a cluster is used.

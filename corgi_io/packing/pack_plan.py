@@ -2,8 +2,8 @@
 
 Nothing here reads or writes a file.  The plan depends only on the walk (file sizes and key
 lengths, in walk order) and on `PackOptions`, never on the number of workers or on where the
-tasks run, so every executor writes the same bytes.  Resuming is the same plan with the
-finished shards taken out of `todo`.
+tasks run, so every executor writes the same bytes.  Resuming is the same plan: its finished
+shards are those whose unit record and shard exist (records.load_done).
 """
 from __future__ import annotations
 
@@ -154,7 +154,6 @@ class PackPlan:
     block_starts: np.ndarray   # int64, per block: its first position
     shard_starts: np.ndarray   # int64, per shard: its first block
     suffix: str                # the shard file suffix (".tar", ".tfrecord")
-    todo: tuple                # shards still to write, ascending
     num_samples: int
 
     @property
@@ -174,11 +173,6 @@ class PackPlan:
         """(first, stop) positions of `shard`."""
         blocks = self.shard_blocks(shard)
         return blocks[0], blocks[-1]
-
-    def without(self, finished) -> "PackPlan":
-        """The same plan with the shards in `finished` no longer to write."""
-        finished = set(finished)
-        return replace(self, todo=tuple(shard for shard in self.todo if shard not in finished))
 
     def staged(self) -> "PackPlan":
         """The plan once its order is in the pack-order table: the same layout without the 8 bytes per file."""
@@ -200,8 +194,7 @@ def make_plan(nbytes: np.ndarray, key_bytes: np.ndarray, options: PackOptions, f
             nbytes[files].astype(np.int64), key_bytes[files].astype(np.int64), counts)
     cuts = layout.plan_layout(estimates, options.block_bytes, options.block_samples,
                               max(1, options.shard_bytes - len(fmt.TRAILER)))
-    return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, tuple(range(len(cuts.shard_starts))),
-                    count)
+    return PackPlan(order, cuts.block_starts, cuts.shard_starts, fmt.SUFFIX, count)
 
 
 def pack_order(count: int, options: PackOptions) -> np.ndarray:

@@ -22,8 +22,8 @@ IOV_MAX = 1024  # buffers per writev call (POSIX's minimum for IOV_MAX is 16; Li
 
 
 @contextlib.contextmanager
-def naming(path):
-    """Give an OSError raised inside that names no file (a failed write or fsync) the name `path`.
+def naming(where):
+    """Give an OSError raised inside that names no file (a failed write or fsync) the name `where()` gives.
 
     The CLI reports an OSError that names its file as one line; one that names none is a traceback.
     """
@@ -31,7 +31,7 @@ def naming(path):
         yield
     except OSError as exc:
         if exc.filename is None:
-            exc.filename = os.fspath(path)
+            exc.filename = os.fspath(where())
         raise
 
 

@@ -129,7 +129,7 @@ class ShardWriter:
         for shard in [*self.shards, *([self.shard] if self.shard is not None else [])]:
             shard.abort()
 
-    @property
-    def pending(self) -> int:
-        """Samples in the open block, not yet in the columns."""
-        return len(self.rows)
+    def where(self):
+        """The file an error names: the open shard, else the last sealed one, else the first to come."""
+        shard = self.shard or (self.shards[-1] if self.shards else None)
+        return shard.path if shard is not None else self.shard_path(0)

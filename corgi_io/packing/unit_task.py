@@ -56,7 +56,7 @@ def write_unit(task: WriteTask) -> UnitDone:
     """Pack the samples of `task.unit` into its shards; bad inputs are skipped (recorded), or fail under strict."""
     packer = _UnitPacker(task)
     try:
-        with naming(task.output):
+        with naming(packer.writer.where):
             packer.run()
             return packer.finish()
     except BadInput as exc:  # a reader's bad input under strict

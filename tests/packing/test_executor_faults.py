@@ -193,11 +193,12 @@ def test_a_worker_that_dies_inside_the_reader_names_the_sample_being_read(tmp_pa
     """The reader (pyarrow, a tar) dies decoding sample #2 of a unit (an OOM kill, a segfault): that sample is
     named, not #1, the last one it finished.  The death is injected into the real reader's stream in the workers
     (forked after the patch); the driver never dies."""
-    from corgi_io.packing import PackOptions, pack, unit_writer
+    from corgi_io.packing import PackOptions, pack
+    from corgi_io.packing.sources import stream
     from helpers.source_shards import write_tars
 
     write_tars(tmp_path / "src", tars=1, per_tar=6)
-    driver, real = os.getpid(), unit_writer.read_unit
+    driver, real = os.getpid(), stream.read_unit
 
     def dies_reading_the_third(unit, **options):
         for number, sample in enumerate(real(unit, **options)):
@@ -205,7 +206,7 @@ def test_a_worker_that_dies_inside_the_reader_names_the_sample_being_read(tmp_pa
                 os._exit(9)
             yield sample
 
-    monkeypatch.setattr(unit_writer, "read_unit", dies_reading_the_third)
+    monkeypatch.setattr(stream, "read_unit", dies_reading_the_third)
     with pytest.raises(PackError) as raised:
         pack(tmp_path / "src", tmp_path / "out", PackOptions(), workers=2, progress=False)
     message = str(raised.value)

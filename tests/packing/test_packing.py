@@ -33,7 +33,7 @@ def test_pack_is_a_function_and_no_submodule_hides_behind_it():
     assert inspect.isfunction(corgi_io.pack) and corgi_io.pack is corgi_io.packing.pack
     assert corgi_io.PackOptions is corgi_io.packing.PackOptions
     assert not (Path(corgi_io.__file__).parent / "pack.py").exists()
-    for name in ("corpus", "pack_plan", "encode", "executors", "pipeline", "table", "output"):
+    for name in ("corpus", "pack_plan", "unit_task", "executors", "pipeline", "table", "output"):
         assert inspect.ismodule(importlib.import_module(f"corgi_io.packing.{name}"))
     proc = subprocess.run([sys.executable, "-c", "import corgi_io.packing.pipeline as m, inspect; "
                            "assert inspect.ismodule(m), m"], capture_output=True, text=True)
@@ -53,23 +53,20 @@ def plan_for(n: int, seed: int = 0, order: str = "shuffle"):
 def test_plan_is_a_function_of_its_inputs_and_covers_every_sample_once():
     first, again = plan_for(2000), plan_for(2000)
     assert np.array_equal(first.order, again.order) and np.array_equal(first.block_starts, again.block_starts)
-    assert np.array_equal(first.shard_starts, again.shard_starts) and first.todo == tuple(range(first.num_shards))
+    assert np.array_equal(first.shard_starts, again.shard_starts)
     assert sorted(first.order.tolist()) == list(range(2000))
-    covered = [p for shard in first.todo for p in range(*first.positions(shard))]
+    covered = [p for shard in range(first.num_shards) for p in range(*first.positions(shard))]
     assert covered == list(range(2000))
-    for shard in first.todo:
+    for shard in range(first.num_shards):
         blocks = first.shard_blocks(shard)
         assert all(0 < b - a <= 7 for a, b in zip(blocks, blocks[1:]))
     assert not np.array_equal(plan_for(2000, seed=1).order, first.order)
     assert plan_for(50, order="keep").order.tolist() == list(range(50))
 
 
-def test_finished_shards_leave_the_plan_and_staging_drops_the_order():
+def test_staging_drops_the_order_and_keeps_the_layout():
     plan = plan_for(2000)
-    rest = plan.without({0, 2})
-    assert rest.todo == tuple(s for s in range(plan.num_shards) if s not in (0, 2))
-    assert plan.todo == tuple(range(plan.num_shards))  # frozen: the original is unchanged
-    staged = rest.staged()
+    staged = plan.staged()
     assert staged.order is None and staged.num_samples == 2000 and staged.shard_blocks(1) == plan.shard_blocks(1)
 
 
