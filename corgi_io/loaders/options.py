@@ -106,6 +106,8 @@ class Ranks:
         _set(self, "drop_last", check_flag("drop_last", self.drop_last))
         if self.partitions is not None:
             _set(self, "partitions", check_mapping("partitions", self.partitions))
+        _set(self, "rank", check_at_least("rank", self.rank, 0, optional=True))
+        _set(self, "world_size", check_at_least("world_size", self.world_size, 1, optional=True))
 
 
 @dataclass(frozen=True)

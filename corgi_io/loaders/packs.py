@@ -100,8 +100,6 @@ class PackBlend:
     def __init__(self, blend, spec):
         sources, weights = blend.sources, blend.weights
         names = [str(name) for name in sources]
-        if weights is not None:
-            check_weights(names, weights)  # before any manifest is opened
         self.spec, self.names = spec, names
         self.packs = [OnePack(path, spec) for path in sources.values()]
         clashing = [name for name, pack in zip(names, self.packs) if "source" in (pack.manifest.fields or ())]
