@@ -49,20 +49,6 @@ class LazyColumn:
         return column if dtype is None else column.astype(dtype, copy=False)
 
 
-class LazyColumn:
-    """A column built when numpy first asks for it (``np.asarray`` calls ``__array__``)."""
-
-    def __init__(self, build, built=None):
-        self._build, self._built = build, built
-
-    def __array__(self, dtype=None, copy=None):
-        column = self._build()
-        if self._built is not None:
-            self._built()
-        return column if dtype is None else column.astype(dtype, copy=False)
-
-
-
 class PackColumns:
     """Head parts and columns of the pack made of `done` (the UnitDone of every unit, in order), whose records are
     at `records` (same order); `known` is (field names, primary field names) the driver knew, listed first."""
