@@ -124,18 +124,18 @@ def test_bad_options_refused_before_any_work(corpus, tmp_path, args, message):
 def test_a_resumed_resized_pack_is_byte_identical(corpus, tmp_path, monkeypatch):
     options = PackOptions(image_max_side=SIDE, order="keep", block_samples=1, shard_bytes=1, block_bytes=1)
     pack(corpus, tmp_path / "whole", options, progress=False)
-    write_shard, written = pipeline.write_shard, []
+    write_unit, written = pipeline.write_unit, []
 
     def fail_after_first(task):  # a crash once one shard is finished: its record stays in .corgi-partial/
         if written:
             raise KeyboardInterrupt
-        written.append(task.shard)
-        return write_shard(task)
+        written.append(task.index)
+        return write_unit(task)
 
-    monkeypatch.setattr(pipeline, "write_shard", fail_after_first)
+    monkeypatch.setattr(pipeline, "write_unit", fail_after_first)
     with pytest.raises(KeyboardInterrupt):
         pack(corpus, tmp_path / "resumed", options, progress=False)
-    monkeypatch.setattr(pipeline, "write_shard", write_shard)
+    monkeypatch.setattr(pipeline, "write_unit", write_unit)
     pack(corpus, tmp_path / "resumed", options, progress=False)
     names = sorted(path.name for path in (tmp_path / "whole").iterdir())
     assert names == sorted(path.name for path in (tmp_path / "resumed").iterdir()) and len(names) > 4
