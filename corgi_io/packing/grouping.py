@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from corgi_io.errors import BadInput, CorpusError
-from corgi_io.manifest.fields import KINDS, check_field_name, default_primary, field_kind
-from corgi_io.packing.skip_reasons import (MAX_WARNINGS, RESERVED_PRIMARY, empty_corpus, not_regular_reason,
-                                          reserved_reason, too_large_reason, unusable_extra, warn)
+from corgi_io.manifest.fields import KINDS, check_field_name
+from corgi_io.packing.sample_rules import FieldRule, Refused
+from corgi_io.packing.skip_reasons import (MAX_WARNINGS, empty_corpus, not_regular_reason, too_large, unusable_extra,
+                                          warn)
 from corgi_io.packing.spool import SpooledColumn, SpooledStrings
 from corgi_io.packing.walk import extension, field_name, key_from_path, printable
 
@@ -32,7 +33,7 @@ class SampleGrouper:
     def __init__(self, source: Path, kind: str, label_index, strict: bool, spool_dir, max_sample_bytes,
                  primary: str | None = None, require: tuple = (), grouping: bool = False):
         self.source, self.kind, self.strict, self.max_sample_bytes = source, kind, strict, max_sample_bytes
-        self.primary, self.require, self.grouping = primary, require, grouping  # grouping: files sharing a stem
+        self.rule, self.grouping = FieldRule(kind, primary, require), grouping  # grouping: files sharing a stem
         self.strings = SpooledStrings(spool_dir)
         self.columns = {name: SpooledColumn(dtype, spool_dir) for name, dtype in _NUMERIC.items()}
         self.fixed_labels = label_index is not None
@@ -73,23 +74,24 @@ class SampleGrouper:
         return None
 
     def close_group(self) -> None:
-        """Turn the queued entries of one sample into a row of values, or record why its files are skipped."""
+        """Turn the queued entries of one sample into a row of values, or record why its files are skipped: its
+        primary field and kind are `FieldRule`'s, decided here from its file names, before any plan."""
         group, self.group = self.group, []
         if not group:
             return None
         members = self._distinct_fields(group)
-        index, kind = self._primary([field for _, field in members])
-        if index is None:
-            return self._skip_unkinded(members)
-        if members[index][1] in RESERVED_PRIMARY:  # a label member's name, not a primary field's
-            reason = reserved_reason(members[index][1])
-            return self._skip_all([(entry, field, None) for entry, field in members], reason)
+        chosen = self.rule.choose([field for _, field in members])
+        if isinstance(chosen, Refused):
+            return self._skip_refused(members, chosen)
+        index, kind = chosen
         members = [members[index]] + self._usable_extras(members[:index] + members[index + 1:], group[0].stem)
         stats = [self._stat(entry) for entry, _ in members]
         kept = [(entry, field, info) for (entry, field), info in zip(members, stats) if info is not None]
-        if stats[0] is None or self._lacks_required(kept):
-            return self._skip_all(kept, f"its primary field '{members[0][1]}' was skipped" if stats[0] is None
-                                  else f"no field {self._missing(kept)} (--require {','.join(self.require)})")
+        if stats[0] is None:
+            return self._skip_all(kept, f"its primary field '{members[0][1]}' was skipped")
+        missing = self.rule.missing([field for _, field, _ in kept])  # a required file skipped above
+        if missing is not None:
+            return self._skip_all(kept, missing)
         label = self._label_id(group[0].label, [printable(entry.raw) for entry, _, _ in kept], group[0].line)
         if label is not None:
             self._queue(kept, kind, label)
@@ -108,34 +110,14 @@ class SampleGrouper:
                 members.append((entry, field))
         return members
 
-    def _primary(self, fields: list) -> tuple:
-        """(index of the primary field among `fields`, its kind), or (None, None) when the options leave none."""
-        kinds = [field_kind(field) for field in fields]
-        if self.primary is not None:
-            index = fields.index(self.primary) if self.primary in fields else None
-        elif self.kind == "auto":
-            name = default_primary(fields)
-            index = None if name is None else fields.index(name)
-        else:
-            index = next((i for i, kind in enumerate(kinds) if kind == self.kind), None if any(kinds) else 0)
-        kind = None if index is None else kinds[index] or (None if self.kind == "auto" else self.kind)
-        if kind is None or self.kind not in ("auto", kind):
-            return None, None
-        return index, kind
-
-    def _skip_unkinded(self, members: list) -> None:
-        """Skip each file of a sample that has no primary field under the options, saying why."""
-        kinds = [field_kind(field) for _, field in members]
-        for (entry, field), kind in zip(members, kinds):
-            name, ext = printable(entry.raw), extension(entry.path.rsplit("/", 1)[-1])
-            if self.primary is not None:
-                self.skip(name, f"its sample has no usable primary field '{self.primary}' (--primary)", line=entry.line)
-            elif self.kind != "auto" and any(kinds):
-                self.kind_skips += 1
-                what = f"a {kind} file" if kind else f"a field of a sample without {self.kind} files"
-                self.skip(name, f"{what}: --kind {self.kind} keeps only {self.kind} files", line=entry.line, quiet=True)
-            else:
-                self.skip(name, f"unknown extension '.{printable(ext)}'" if ext else "no extension", line=entry.line)
+    def _skip_refused(self, members: list, refused: Refused) -> None:
+        """Skip each file of a sample that `FieldRule` leaves out, with its reason for that file; the files that
+        --kind leaves out are counted in one line (`summarise`), not warned one by one."""
+        quiet = refused.rule == "kind"
+        for entry, field in members:
+            ext = printable(extension(entry.path.rsplit("/", 1)[-1]))
+            self.kind_skips += quiet
+            self.skip(printable(entry.raw), self.rule.file_reason(refused, field, ext), line=entry.line, quiet=quiet)
 
     def _usable_extras(self, members: list, stem: str) -> list:
         """The non-primary (entry, field) pairs whose field name can name a tar member, a feature and a dict key."""
@@ -162,17 +144,8 @@ class SampleGrouper:
             return self.skip(name, f"not a usable path ({exc})", line=entry.line, problem=True)
         if not stat.S_ISREG(info.st_mode):
             return self.skip(name, not_regular_reason(info.st_mode), line=entry.line, problem=True)
-        if self.max_sample_bytes is not None and info.st_size > self.max_sample_bytes:
-            return self.skip(name, too_large_reason(info.st_size, self.max_sample_bytes), line=entry.line,
-                             problem=True)
-        return info
-
-    def _missing(self, kept: list) -> str:
-        present = {field for _, field, _ in kept}
-        return ", ".join(f"'{field}'" for field in self.require if field not in present)
-
-    def _lacks_required(self, kept: list) -> bool:
-        return bool(self.require) and bool(self._missing(kept))
+        reason = too_large(info.st_size, self.max_sample_bytes)
+        return info if reason is None else self.skip(name, reason, line=entry.line, problem=True)
 
     def _skip_all(self, kept: list, reason: str) -> None:
         for entry, _, _ in kept:

@@ -5,7 +5,7 @@ import os
 import stat
 
 from corgi_io.errors import BadInput
-from corgi_io.packing.skip_reasons import not_regular_reason, too_large_reason
+from corgi_io.packing.skip_reasons import not_regular_reason, too_large
 
 DEFAULT_MAX_SAMPLE_BYTES = 2 << 30  # a larger file is skipped before it is read (and TFRecord lengths stay sane)
 MAX_READ = 0x7FFFF000  # the most one read() returns on Linux
@@ -25,8 +25,9 @@ def read_regular_file(path: str, most: int = DEFAULT_MAX_SAMPLE_BYTES, limit_nam
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise BadInput(not_regular_reason(info.st_mode))
-        if info.st_size > most:
-            raise BadInput(too_large_reason(info.st_size, most, limit_name))
+        reason = too_large(info.st_size, most, limit_name)
+        if reason is not None:
+            raise BadInput(reason)
         chunks, total, want = [], 0, info.st_size + 1  # all of it in one read, unless it grew since fstat
         while total <= most and (chunk := os.read(fd, want)):
             chunks.append(chunk)

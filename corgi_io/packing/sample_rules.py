@@ -9,8 +9,9 @@ and the ``--min-size``/``--max-size`` filter on the final size.  A sample left o
 (--require, --primary, --kind, a transform's Drop, the size filter) is a skip record, never fatal; a
 bad one (a primary named ``cls``, a field too large, a primary field that does not decode, a
 transform's BadInput, a reserved field in what the transforms return) is a skip record too, or a
-PackError under strict.  The folder walk applies the input rules in `grouping.py` and `sources/folder.py`,
-where they can act on a file before it is read.
+PackError under strict.  Which field is primary, its kind and --require are `FieldRule`'s, one pure rule over
+a sample's field names that the folder walk (grouping.py) runs on each sample's file names before any plan,
+and `SampleRules` on each sample a unit of shards or tables reads.
 
 What the transforms return goes through `OutputRules`, which the one write task (unit_task.py) runs on
 every sample, whatever its source: the primary field they leave, its kind and size,
@@ -20,11 +21,11 @@ a tokenizer, a user's ``--map``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from corgi_io.errors import BadInput
 from corgi_io.manifest.fields import default_primary, field_kind
-from corgi_io.packing.skip_reasons import (RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large_reason,
-                                          unusable_extra)
+from corgi_io.packing.skip_reasons import RESERVED_NAMES, RESERVED_PRIMARY, reserved_reason, too_large, unusable_extra
 from corgi_io.packing.sample import PackSample
 from corgi_io.packing.sizing import probe_size
 from corgi_io.packing.transforms import SizeFilter, TransformChain
@@ -40,8 +41,9 @@ def check_fields(fields: dict, primary: str, most: int) -> None:
     for name, value in fields.items():
         if name in (RESERVED_PRIMARY if name == primary else RESERVED_NAMES):
             raise BadInput(reserved_reason(name))
-        if len(value) > most:
-            raise BadInput(f"field {name!r}: {too_large_reason(len(value), most)}")
+        reason = too_large(len(value), most)
+        if reason is not None:
+            raise BadInput(f"field {name!r}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -105,25 +107,98 @@ class OutputRules:
         return primary, kind, size
 
 
+class Refused(NamedTuple):
+    """Why `FieldRule` leaves a sample out: the option that does (`rule`: "require", "primary", "reserved", "kind"
+    or "media") and the sample's skip reason."""
+
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """The one rule of --require, --primary and --kind over a sample's field names: pure, names in and a decision
+    out, so that the folder walk (grouping.py) decides each sample's primary field and kind before any plan, a
+    column at a time, and `SampleRules` each sample a unit of shards or tables reads, alike."""
+
+    kind: str = "auto"
+    primary: str | None = None
+    require: tuple = ()
+
+    @classmethod
+    def of(cls, options) -> FieldRule:
+        """The rule of a pack's `options` (PackOptions)."""
+        return cls(options.kind, options.primary, tuple(options.require))
+
+    def choose(self, names: list):
+        """(index of the primary field among `names`, its kind), or the `Refused` of a sample the options leave out.
+
+        In order: a sample without a --require'd field; the --primary field, else the first field of --kind (a
+        sample none of whose fields names a kind takes its first as --kind), else the first image, video or text
+        field (`default_primary`); a primary of another kind than --kind; a primary named ``cls``."""
+        missing = self.missing(names)
+        if missing is not None:
+            return Refused("require", missing)
+        index = self._primary_index(names)
+        kind = None if index is None else field_kind(names[index]) or (None if self.kind == "auto" else self.kind)
+        if kind is None or self.kind not in ("auto", kind):
+            return self._refused(names)
+        if names[index] in RESERVED_PRIMARY:  # a label member's name, not a primary field's
+            return Refused("reserved", reserved_reason(names[index]))
+        return index, kind
+
+    def missing(self, names) -> str | None:
+        """The skip reason of a sample of fields `names` that lacks a --require'd field; None when it has them all."""
+        absent = [name for name in self.require if name not in names]
+        if not absent:
+            return None
+        quoted = ", ".join(f"'{name}'" for name in absent)
+        return f"no field {quoted} (--require {','.join(self.require)})"
+
+    def file_reason(self, refused: Refused, field: str, ext: str) -> str:
+        """The skip reason of one file of a sample `refused` (a folder's, of field `field` and extension `ext`):
+        under --kind what kind it is, without a media field its extension; else the sample's."""
+        if refused.rule == "kind":
+            kind = field_kind(field)
+            what = f"a {kind} file" if kind else f"a field of a sample without {self.kind} files"
+            return f"{what}: --kind {self.kind} keeps only {self.kind} files"
+        if refused.rule == "media":
+            return f"unknown extension '.{ext}'" if ext else "no extension"
+        return f"its sample {refused.reason}" if refused.rule == "primary" else refused.reason
+
+    def _primary_index(self, names: list) -> int | None:
+        if self.primary is not None:
+            return names.index(self.primary) if self.primary in names else None
+        if self.kind == "auto":
+            name = default_primary(names)
+            return None if name is None else names.index(name)
+        kinds = [field_kind(name) for name in names]
+        return next((i for i, kind in enumerate(kinds) if kind == self.kind), None if any(kinds) else 0)
+
+    def _refused(self, names: list) -> Refused:
+        if self.primary is not None:
+            return Refused("primary", f"has no usable primary field '{self.primary}' (--primary)")
+        if self.kind != "auto":
+            return Refused("kind", f"has no {self.kind} field (--kind {self.kind})")
+        return Refused("media", "has no image, video or text field")
+
+
 class SampleRules:
     """The input rules of one pack's options; `admit(sample)` applies them to one sample read from a unit."""
 
     def __init__(self, options):
-        self.options = options
+        self.options, self.fields = options, FieldRule.of(options)
 
     def admit(self, sample: PackSample):
         """(primary field, kind, size, fields, [{"reason": ...}] of the fields left out) of the sample as it comes in,
-        or {"reason": ...}: the skip of one a rule leaves out; BadInput for a bad one (a skip, or fatal under strict).
-        The transforms and the size filter (`OutputRules`) run after, in the write task."""
-        fields = sample.fields
-        missing = [name for name in self.options.require if name not in fields]
-        if missing:
-            return {"reason": f"has no field {', '.join(map(repr, missing))} (--require)"}
-        chosen = self._primary(fields)
-        if isinstance(chosen, dict):
-            return chosen
-        primary, kind = chosen
-        fields, dropped = _usable_fields(fields, primary)
+        or {"reason": ...}: the skip of one a rule leaves out (`FieldRule`); BadInput for a bad one (a skip, or
+        fatal under strict).  The transforms and the size filter (`OutputRules`) run after, in the write task."""
+        names = list(sample.fields)
+        chosen = self.fields.choose(names)
+        if isinstance(chosen, Refused):
+            return {"reason": chosen.reason}
+        primary, kind = names[chosen[0]], chosen[1]
+        fields, dropped = _usable_fields(sample.fields, primary)
         check_fields(fields, primary, self.options.max_sample_bytes)
         if sample.label > MAX_SOURCE_LABEL:
             raise BadInput(f"label {sample.label:,} is above the {MAX_SOURCE_LABEL + 1:,} classes a pack of sources "
@@ -131,30 +206,10 @@ class SampleRules:
         return primary, kind, probe_size(kind, None, fields[primary], None, self.options.max_pixels), fields, dropped
 
     def primary_field(self, sample: PackSample) -> str | None:
-        """The sample's primary field by the rules (--require, --primary, --kind), or None when they leave it out."""
-        if any(name not in sample.fields for name in self.options.require):
-            return None
-        chosen = self._primary(sample.fields)
-        return None if isinstance(chosen, dict) else chosen[0]
-
-    def _primary(self, fields: dict):
-        """(primary field, its kind), or the skip of a sample that has none by the options' rule."""
-        wanted, kind = self.options.primary, self.options.kind
-        if wanted is not None:
-            if wanted not in fields:
-                return {"reason": f"has no field {wanted!r} (--primary)"}
-            found = field_kind(wanted) or (kind if kind != "auto" else None)
-            return (wanted, found) if found else {"reason": f"its primary field {wanted!r} is not an image, video "
-                                                            "or text (name one with --kind)"}
-        if kind != "auto":
-            named = [name for name in fields if field_kind(name) == kind]
-            if named:
-                return named[0], kind
-            if not any(field_kind(name) for name in fields):
-                return next(iter(fields)), kind  # no field names a kind: its first is taken as --kind
-            return {"reason": f"has no {kind} field (--kind)"}
-        primary = default_primary(fields)
-        return (primary, field_kind(primary)) if primary else {"reason": "has no image, video or text field"}
+        """The sample's primary field by `FieldRule` (--require, --primary, --kind), or None when it leaves it out."""
+        names = list(sample.fields)
+        chosen = self.fields.choose(names)
+        return None if isinstance(chosen, Refused) else names[chosen[0]]
 
 
 def _usable_fields(fields: dict, primary: str) -> tuple:

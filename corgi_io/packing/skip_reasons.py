@@ -28,9 +28,12 @@ def not_regular_reason(mode: int) -> str:
     return f"not a regular file ({what})"
 
 
-def too_large_reason(nbytes: int, most: int, limit_name: str = "--max-sample-bytes") -> str:
+def too_large(nbytes: int, most: int | None, limit_name: str = "--max-sample-bytes") -> str | None:
     """Why a file or field of `nbytes` bytes is not packed when it may have at most `most` (`limit_name`: the option
-    that sets that limit)."""
+    that sets that limit); None when it fits or `most` is None.  The one size bound of every SOURCE: the folder
+    walk's stat (grouping.py), the file reader (regular_files.py) and a unit's fields (sample_rules.py)."""
+    if most is None or nbytes <= most:
+        return None
     return f"{nbytes:,} bytes, above the limit of {most:,} ({limit_name})"
 
 
