@@ -55,9 +55,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank_and_world(ranks.rank, ranks.world_size)
         self.decode = get_decoder(None if self.spec.rows else decoding.how, self.spec.max_pixels)
         self.packs = self._open(source)
-        if getattr(self.decode, "on_device", False) and not self.fast_batches:
-            raise ArgumentError("ImageDecoder(device=...) decodes whole batches of raw image bytes in the training "
-                                "process: it needs Batches(size), no transform, the default collate_fn and packs "
+        if decoding.on_device and not self.fast_batches:  # the parts are checked: what is left is the pack's
+            raise ArgumentError("ImageDecoder(device=...) decodes whole batches of raw image bytes: it needs packs "
                                 "of one field per sample")
         self.epoch, self.cost_model = 0, None  # cost model: per-rank (a, b) agreed at set_epoch (balance="dynamic")
         self._planner = None             # the planner of (epoch, cost_model), built on first use
@@ -170,7 +169,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         """
         merged = merge_states(find_states(state), self._identity)
         if merged["world_size"] != self.world_size and self.block_owner is not None:
-            raise ResumeError("partitions= pins shards to ranks: resume it with the same world size")
+            raise ResumeError("Ranks(partitions=) pins shards to ranks: resume it with the same world size")
         self.resume_point.loaded, self.epoch = merged, merged["epoch"]
 
     def __iter__(self):

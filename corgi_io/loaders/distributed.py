@@ -6,7 +6,6 @@ import warnings
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError
 from corgi_io.schedule import fit_cost
 
@@ -14,12 +13,12 @@ _warned_static_fallback = False
 
 
 def rank_and_world(rank=None, world_size=None) -> tuple:
-    """(rank, world_size) from an initialised torch.distributed group, else the arguments, else (0, 1).
+    """(rank, world_size) from an initialised torch.distributed group, else the arguments (`Ranks`, checked when
+    made), else (0, 1).
 
     Without a process group both are given or neither (`world_size=1` alone is rank 0 of 1): a
     rank alone, or a world of several without the rank, would make every process the same rank.
     """
-    rank, world_size = check_at_least("rank", rank, 0), check_at_least("world_size", world_size, 1)
     if dist.is_available() and dist.is_initialized():
         found = dist.get_rank(), dist.get_world_size()
         if (rank is not None and rank != found[0]) or (world_size is not None and world_size != found[1]):
@@ -32,10 +31,7 @@ def rank_and_world(rank=None, world_size=None) -> tuple:
     if rank is None and world_size not in (None, 1):
         raise ArgumentError(f"world_size={world_size} needs rank= (torch.distributed is not initialised, so "
                             "this process's rank is not known)")
-    rank, world_size = rank or 0, world_size or 1
-    if rank >= world_size:
-        raise ArgumentError(f"rank={rank} is outside world_size={world_size} (ranks 0 to {world_size - 1})")
-    return rank, world_size
+    return rank or 0, world_size or 1
 
 
 def worker_and_count() -> tuple:

@@ -21,6 +21,7 @@ place, `loaders/spec.py:loader_spec`, which resolves them into the dataset's `Lo
 """
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,13 +34,37 @@ from corgi_io.schedule.eviction import EVICTIONS
 from corgi_io.schedule.token_rows import RowOptions
 
 from corgi_io.loaders.collate import collate_samples
-from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS
+from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, get_decoder
 from corgi_io.loaders.on_error import ON_ERROR
 
 
 def _set(obj, name: str, value) -> None:
     """Store a checked, normalised value on a frozen object (in its `__post_init__`)."""
     object.__setattr__(obj, name, value)
+
+
+class FrozenMap(Mapping):
+    """A read-only copy of a part's mapping (`Blend.sources`, `Ranks.partitions`, `Reading.storage_options`), so
+    a part cannot change once checked, not even through the dict it was given; it pickles (spawn workers) and
+    hashes like the part.  Nested values are copied (`copy.deepcopy`), lists made tuples."""
+
+    def __init__(self, mapping: Mapping):
+        self._items = {key: tuple(v) if isinstance(v, list) else copy.deepcopy(v) for key, v in mapping.items()}
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self._items.items(), key=repr)))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
 
 
 @dataclass(frozen=True)
@@ -59,10 +84,14 @@ class Blend:
     def __post_init__(self):
         if not isinstance(self.sources, Mapping) or not self.sources:
             raise ArgumentError(f"Blend(sources=) must be a non-empty mapping {{name: pack}}, got {self.sources!r}")
-        _set(self, "sources", dict(self.sources))
+        _set(self, "sources", FrozenMap(self.sources))
         names = [str(name) for name in self.sources]
+        paths = [path for path in self.sources.values() if not isinstance(path, (str, os.PathLike))]
+        if paths or len(set(names)) < len(names):
+            raise ArgumentError(f"Blend(sources=) maps distinct names to pack paths or URLs, got {dict(self.sources)!r}")
         if self.weights is not None:
             check_weights(names, self.weights)
+            _set(self, "weights", FrozenMap(self.weights) if isinstance(self.weights, Mapping) else tuple(self.weights))
         if isinstance(self.samples_per_epoch, str) and self.samples_per_epoch not in names:
             raise ArgumentError(f"samples_per_epoch={self.samples_per_epoch!r} names no source of {names}")
         if not isinstance(self.samples_per_epoch, str):
@@ -105,9 +134,12 @@ class Ranks:
         choose("balance", self.balance, BALANCES)
         _set(self, "drop_last", check_flag("drop_last", self.drop_last))
         if self.partitions is not None:
-            _set(self, "partitions", check_mapping("partitions", self.partitions))
+            _set(self, "partitions", FrozenMap(check_mapping("partitions", self.partitions)))
         _set(self, "rank", check_at_least("rank", self.rank, 0, optional=True))
         _set(self, "world_size", check_at_least("world_size", self.world_size, 1, optional=True))
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
+            raise ArgumentError(f"rank={self.rank} is outside world_size={self.world_size} "
+                                f"(ranks 0 to {self.world_size - 1})")
 
 
 @dataclass(frozen=True)
@@ -189,6 +221,12 @@ class Decoding:
     def __post_init__(self):
         _set(self, "max_pixels", check_at_least("max_pixels", self.max_pixels, 1, optional=True))
         choose("on_error", self.on_error, ON_ERROR)
+        get_decoder(self.how, self.max_pixels)  # an unknown name or a bad {field: how} is refused here
+
+    @property
+    def on_device(self) -> bool:
+        """Whether `how` decodes whole batches in the training process (`ImageDecoder(device=...)`)."""
+        return bool(getattr(self.how, "on_device", False))
 
 
 @dataclass(frozen=True)
@@ -207,7 +245,7 @@ class Reading:
         _set(self, "threads", check_at_least("threads", self.threads, 1, optional=True))
         _set(self, "prefetch_blocks", check_at_least("prefetch_blocks", self.prefetch_blocks, 0, optional=True))
         _set(self, "verify", check_flag("verify", self.verify))
-        _set(self, "storage_options", check_mapping("storage_options", self.storage_options))
+        _set(self, "storage_options", FrozenMap(check_mapping("storage_options", self.storage_options)))
 
 
 @dataclass(frozen=True)

@@ -153,22 +153,18 @@ class PackBlend:
         if len(set(kinds.values())) > 1:
             held = ", ".join(f"{name}: {'/'.join(k)}" for name, k in kinds.items())
             raise ArgumentError(f"the blend's sources hold different kinds of samples ({held}): decoded, they cannot "
-                                "be batched together by the default collate_fn; pass a collate_fn that can, or "
-                                "read without batch_size")
+                                "be batched together by the default collate_fn; pass Batches(B, collate_fn=...) "
+                                "that can, or read samples (batching=None)")
 
 
 def epoch_length(samples_per_epoch, names: list, weights, sizes: list) -> int:
-    """A blend's samples per epoch: an int as given; a source's name: one pass over that source (its samples over
-    its weight); None: all the sources' samples together.  ArgumentError for anything else."""
+    """A blend's samples per epoch (`Blend.samples_per_epoch`, checked when made): an int as given; a source's
+    name: one pass over that source (its samples over its weight); None: all the sources' samples together."""
     if samples_per_epoch is None:
         return int(sum(sizes))
     if isinstance(samples_per_epoch, str):
-        if samples_per_epoch not in names:
-            raise ArgumentError(f"samples_per_epoch={samples_per_epoch!r} names no source of {names}")
         s = names.index(samples_per_epoch)
         if weights[s] == 0:
             raise ArgumentError(f"samples_per_epoch={samples_per_epoch!r} names a source of weight 0")
         return max(1, math.ceil(sizes[s] / weights[s] - 1e-9))
-    if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int) or samples_per_epoch < 1:
-        raise ArgumentError(f"samples_per_epoch must be an int >= 1, a source's name or None, got {samples_per_epoch!r}")
     return samples_per_epoch

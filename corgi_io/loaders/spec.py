@@ -103,6 +103,10 @@ def loader_spec(source, *, shuffle: Shuffle, seed, ranks: Ranks, batching, decod
     if isinstance(batching, Budget) and (shuffle.mode != "corgipile" or ranks.partitions is not None):
         raise ArgumentError("Budget cuts each CorgiPile buffer into batches: it needs Shuffle('corgipile'), and "
                             "does not combine with Ranks(partitions=)")
+    if decoding.on_device and (not isinstance(batching, Batches) or transform is not None
+                               or batching.collate_fn is not collate_samples):
+        raise ArgumentError("ImageDecoder(device=...) decodes whole batches of raw image bytes in the training "
+                            "process: it needs batching=Batches(size) with the default collate_fn, and no transform")
     if decoding.on_error == "skip" and not isinstance(batching, (Batches, Budget)):
         raise ArgumentError("Decoding(on_error='skip') needs batching=Batches(...) or Budget(...): a skipped sample "
                             "leaves its batch one sample shorter, so every rank keeps len(dataset) steps")

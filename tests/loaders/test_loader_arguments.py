@@ -65,6 +65,14 @@ PART_REFUSALS = [
     (lambda: Ranks(balance="fair"), "balance must be one of ('count', 'size', 'dynamic'), got 'fair'"),
     (lambda: Ranks(drop_last="yes"), "drop_last must be True or False, got 'yes'"),
     (lambda: Ranks(rank=-1, world_size=2), "rank must be >= 0 or None, got -1"),
+    (lambda: Ranks(rank=3, world_size=3), "rank=3 is outside world_size=3 (ranks 0 to 2)"),
+    (lambda: Decoding("jpeg"), "decode must be None, a callable, or one of ['auto', 'pil', 'rgb', 'text', 'tokens', "
+                               "'video'], got 'jpeg'"),
+    (lambda: Decoding({"jpg": 3}), "decode must be None, a callable, or one of ['auto', 'pil', 'rgb', 'text', "
+                                   "'tokens', 'video'], got 3"),
+    (lambda: Blend({"a": 3}), "Blend(sources=) maps distinct names to pack paths or URLs, got {'a': 3}"),
+    (lambda: Blend({1: "/p", "1": "/q"}), "Blend(sources=) maps distinct names to pack paths or URLs, got "
+                                          "{1: '/p', '1': '/q'}"),
     (lambda: Ranks(rank=0, world_size=0), "world_size must be >= 1 or None, got 0"),
     (lambda: Ranks(rank=0.0, world_size=2), "rank must be an int >= 0 or None, got 0.0"),
     (lambda: Ranks(partitions=[["shard-00000.tar"]]), "partitions must be a dict or None, got [['shard-00000.tar']]"),
@@ -190,7 +198,6 @@ DATASET_REFUSALS = [  # what needs the dataset (torch.distributed, the decoders,
                                "ranks is not known)"),
     ({"ranks": Ranks(world_size=4)}, "world_size=4 needs rank= (torch.distributed is not initialised, so this "
                                      "process's rank is not known)"),
-    ({"ranks": Ranks(rank=3, world_size=3)}, "rank=3 is outside world_size=3 (ranks 0 to 2)"),
     ({"reading": Reading(storage_options={"retry_seconds": -1})}, "retry_seconds must be >= 0, got -1"),
     ({"reading": Reading(storage_options={"backoff": "fast"})}, "backoff must be a number >= 0, got 'fast'"),
     ({"reading": Reading(storage_options={"max_backoff": float("nan")})}, "max_backoff must be a number >= 0, got nan"),
@@ -242,3 +249,18 @@ def test_the_library_raises_argument_errors_for_bad_arguments():
 def test_the_smallest_read_ahead_still_reads_every_sample(text_pack):
     dataset = CorgiPileDataset(text_pack, shuffle=Shuffle(buffer_blocks=1), reading=Reading(prefetch_blocks=0))
     assert sorted(sample["key"] for sample in dataset) == [f"a/{i}" for i in range(4)]
+
+
+def test_a_part_cannot_change_after_it_is_checked_not_even_through_the_dict_it_was_given():
+    """The parts are frozen all through: a dict passed in is copied, and the part's own mapping refuses writes."""
+    given = {"headers": {"a": "1"}}
+    reading = Reading(storage_options=given)
+    given["endpoint_url"], given["headers"]["a"] = "http://elsewhere", "2"
+    assert dict(reading.storage_options) == {"headers": {"a": "1"}}
+    with pytest.raises(TypeError):
+        reading.storage_options["endpoint_url"] = "http://elsewhere"
+    with pytest.raises(TypeError):
+        Blend({"x": "/p"}).sources["y"] = "/q"
+    assert Ranks(partitions={0: ["s.tar"]}).partitions[0] == ("s.tar",)
+    assert Reading() == Reading() and hash(Reading()) == hash(Reading())
+    assert hash(Blend({"x": "/p"}, weights=[1])) == hash(Blend({"x": "/p"}, weights=[1]))
