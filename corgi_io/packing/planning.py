@@ -25,7 +25,7 @@ from corgi_io.packing.corpus import discover
 from corgi_io.packing.pack_plan import PackOptions, make_plan
 from corgi_io.packing.sources.folder import PlannedShards
 from corgi_io.packing.sources.stream import StreamUnit
-from corgi_io.packing.sources.unit_list import list_units
+from corgi_io.packing.sources.unit_list import list_units, units_base
 from corgi_io.packing.table import Table, write_table
 from corgi_io.storage.atomic import temp_name
 
@@ -94,7 +94,8 @@ def plan_streams(source: str, form: str, options: PackOptions, display, claim):
     partial = claim(recorded)
     if partial is None:
         return None
-    return Planned([StreamUnit(index, unit, read_options) for index, unit in enumerate(units)], recorded, options,
+    base = units_base(source)
+    return Planned([StreamUnit(index, unit, read_options, base) for index, unit in enumerate(units)], recorded, options,
                    partial, None)
 
 

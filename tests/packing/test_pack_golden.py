@@ -6,9 +6,8 @@ pack holds shows here: a refactor of the pack pipelines must leave every digest 
 
 The manifest is hashed without what changes from run to run: ``created``, ``options.source`` (an absolute
 path) and ``options.corpus`` (it covers the files' modification times); other mentions of the case's
-temporary folder (the tokenizer's path) read ``<root>``, as do those in columns/skipped.jsonl (a shard or
-table SOURCE's skip records name it by its absolute path).  Shard files and the other columns are hashed as
-written.
+temporary folder (the tokenizer's path) read ``<root>``.  Shard files and columns are hashed as written
+(skip records name their inputs relative to SOURCE, whatever its form).
 
 The digests also depend on the encoders the corpora are made with (Pillow's JPEG/PNG, OpenCV's MJPG, zlib,
 the tokenizers library).  To regenerate them, deliberately and only when a change of the bytes is intended
@@ -227,8 +226,6 @@ def digests(root: Path) -> dict:
         digest = hashlib.sha256()
         for path in chosen:
             data = path.read_bytes()
-            if path.name == "skipped.jsonl":  # a shard or table SOURCE's skip records name it by its absolute path
-                data = rooted(data.decode(), root).encode()
             digest.update(f"{path.relative_to(folder).as_posix()}\0{len(data)}\0".encode() + data)
         out[part] = digest.hexdigest()
     out["manifest"] = hashlib.sha256(stable_manifest(folder / "manifest.json", root).encode()).hexdigest()

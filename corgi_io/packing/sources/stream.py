@@ -5,7 +5,7 @@ options of its form's reader.  Its reader streams the unit's `PackSample`s in or
 through `SampleRules` (--require, the primary field and its kind, reserved names, byte and pixel
 bounds); the unit's blocks are cut as they fill and its shards are ``shard-<unit>-<n><suffix>``.
 A skip is recorded against ``<file>: <key>``, a reader's skip (a bad member, record or row)
-against the file.
+against the file, the file named relative to SOURCE (`unit_list.units_base`), as a folder's files are.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from corgi_io.packing.sample_rules import SampleRules
 from corgi_io.packing.shard_writer import GreedyBlocks
-from corgi_io.packing.sources.unit_list import Unit, read_unit
+from corgi_io.packing.sources.unit_list import Unit, read_unit, relative_name
 from corgi_io.packing.transforms.dedup import content_hash
 
 
@@ -24,6 +24,7 @@ class StreamUnit:
     index: int
     unit: Unit
     read_options: dict
+    base: str = ""  # the folder its skip records name its file relative to (unit_list.units_base)
 
     @property
     def name(self) -> str:
@@ -65,7 +66,7 @@ class StreamReader:
 
     def __init__(self, unit: StreamUnit, options, strict: bool, skipped: list):
         self.unit, self.strict, self.skipped = unit, strict, skipped
-        self.rules, self.path = SampleRules(options), unit.unit.path
+        self.rules, self.path, self.name = SampleRules(options), unit.unit.path, relative_name(unit.unit.path, unit.base)
 
     def items(self):
         """The unit's PackSamples, in its order (a reader's bad input under strict: BadInput)."""
@@ -73,7 +74,7 @@ class StreamReader:
 
     def _reader_skipped(self, message: str) -> None:
         """A reader's skip: recorded against the unit's file (named once: the message may begin with it too)."""
-        self.skipped.append({"path": self.path,
+        self.skipped.append({"path": self.name,
                              "reason": message.removeprefix("skipped ").removeprefix(f"{self.path}: ")})
 
     def prepare(self, sample):
@@ -87,7 +88,7 @@ class StreamReader:
 
     def skip(self, sample, reason: str) -> None:
         """Record the skip of `sample` (or of one of its fields, which leaves it packed)."""
-        self.skipped.append({"path": f"{self.path}: {sample.key}", "reason": reason})
+        self.skipped.append({"path": f"{self.name}: {sample.key}", "reason": reason})
 
     def where(self, sample) -> str:
         """What an error names for `sample`: its file and key."""

@@ -64,6 +64,21 @@ def list_units(source: str, from_: str | None = None) -> list:
     return [unit for name in files for unit in module.units(joined(source, name))]
 
 
+def units_base(source: str) -> str:
+    """The folder that SOURCE's units are named relative to in skip records, as the folder walk names its files:
+    SOURCE itself when it is a folder, the folder holding it when it is one file, a glob's folder before its first
+    wildcard (in SOURCE's own spelling)."""
+    if is_glob(source):
+        return source[:min(source.index(char) for char in "*?[" if char in source)].rpartition("/")[0]
+    fs, path = filesystem(source)
+    return source if fs.isdir(path) else source.rstrip("/").rpartition("/")[0]
+
+
+def relative_name(path: str, base: str) -> str:
+    """`path` relative to the folder `base` (`units_base`); as it is when it is not under it."""
+    return path.removeprefix(base.rstrip("/") + "/") if base else path
+
+
 def read_unit(unit: Unit, **options):
     """The PackSamples of one unit: its form's `read` (options as that module takes them)."""
     return source_module(unit.form).read(unit, **options)
