@@ -11,15 +11,16 @@ from corgi_io.storage.local import LocalStorage
 
 __all__ = ["LocalStorage", "Storage", "open_storage"]
 
-HTTP_OPTIONS = {"headers", "timeout", "retry_seconds", "open_retry_seconds", "backoff", "max_backoff"}
+HTTP_OPTIONS = {"headers", "timeout", "deadline", "retry_seconds", "open_retry_seconds", "backoff", "max_backoff",
+                "max_requests"}
 
 
 def open_storage(root: str, **storage_options) -> Storage:
     """LocalStorage for a path or file:// URL; HttpStorage (urllib3) for http(s); else FsspecStorage.
 
     `backend="fsspec"` forces fsspec for http(s), as does any option HttpStorage does not take
-    (`client_kwargs`, ...: they are fsspec's); `headers`, `timeout` and the retry settings are
-    HttpStorage's own. Local storage ignores the options, so one `storage_options` serves a
+    (`client_kwargs`, ...: they are fsspec's); `headers`, `timeout`, `deadline`, `max_requests` and the
+    retry settings are HttpStorage's own. Local storage ignores the options, so one `storage_options` serves a
     dataset wherever it lives (the retry settings are checked wherever it lives).
     """
     root = os.fspath(root)

@@ -8,18 +8,24 @@ reads in flight overlap outside the GIL. See docs/operations.md ("HTTP").
 Nothing the server says is trusted: a range answer must be 206 with the Content-Range asked for
 (or 200 for a range that is the whole file) and exactly the bytes asked for, else StorageError
 naming URL and offset. Redirects are followed at most MAX_REDIRECTS times.
+
+Nothing is waited on forever either: each request has a `deadline` (answer and body), each socket
+operation a `timeout`; a stalled, trickling or cut answer is a transient error, retried (after the
+server's `Retry-After`, for a 429 or 503) within the retry budget.
 """
 from __future__ import annotations
 
 import errno
 import re
+import time
 
 import urllib3
 from urllib3.exceptions import HTTPError, LocationValueError, MaxRetryError, ResponseError
 
 from corgi_io.arguments import check_number
 from corgi_io.errors import StorageError
-from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
+from corgi_io.storage.deadlines import WATCHDOG
+from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, parse_retry_after, status_kind
 
 MAX_REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -28,9 +34,13 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
 class HttpStatusError(Exception):
     """An HTTP answer that is not the one asked for: 4xx/5xx, or a redirect past the limit."""
 
-    def __init__(self, status: int, reason: str):
+    def __init__(self, status: int, reason: str, retry_after: float | None = None):
         super().__init__(f"HTTP {status} {reason}".rstrip())
-        self.status = status
+        self.status, self.retry_after = status, retry_after
+
+
+class DeadlineError(TimeoutError):
+    """An answer not complete within the request's deadline (a stalled or trickling body): transient."""
 
 
 def classify_http_error(exc: BaseException) -> str:
@@ -50,22 +60,31 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc.reason if isinstance(exc, MaxRetryError) and exc.reason is not None else exc
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    """The wait a 429/503 answer asked for in its Retry-After header, if any."""
+    return getattr(_unwrap(exc), "retry_after", None)
+
+
 class HttpStorage(RetryingStorage):
     """http(s) URLs over one urllib3 PoolManager per process (rebuilt after fork).
 
     `headers` are sent with every request (an auth token, say); `timeout` bounds connecting and
-    each socket read, in seconds. Retry settings as FsspecStorage (corgi_io.storage.retry).
+    each socket read, `deadline` a whole request (answer and body), in seconds. Retry settings
+    and `max_requests` as FsspecStorage (corgi_io.storage.retry).
     """
 
     reads_in_flight = (3, 8)  # (first, most): reads overlap outside the GIL here; see docs/operations.md
 
-    def __init__(self, root: str, *, headers: dict | None = None, timeout: float = 30.0, **retry_settings):
+    def __init__(self, root: str, *, headers: dict | None = None, timeout: float = 30.0, deadline: float = 120.0,
+                 **retry_settings):
         super().__init__(root, **retry_settings)
         self.headers, self.timeout = dict(headers or {}), check_number("timeout", timeout, strict=True)
+        self.deadline = check_number("deadline", deadline, strict=True)
         self._manager = None
 
     classify = staticmethod(classify_http_error)
     underlying = staticmethod(_unwrap)
+    retry_after = staticmethod(_retry_after)
 
     def _pool(self) -> urllib3.PoolManager:
         """The process's PoolManager: thread-safe, but its sockets must not cross a fork."""
@@ -77,16 +96,20 @@ class HttpStorage(RetryingStorage):
             return self._manager
 
     def _request(self, method: str, url: str, headers: dict | None = None) -> urllib3.BaseHTTPResponse:
-        """One request, its body not yet read; 404 -> FileNotFoundError, other errors -> HttpStatusError."""
+        """One request, its body not yet read, answered within `deadline` (else a transient urllib3 timeout);
+        404 -> FileNotFoundError, other errors -> HttpStatusError. `resp.deadline_at` ends the body's time."""
+        deadline_at = time.monotonic() + self.deadline
+        timeout = urllib3.Timeout(total=self.deadline, connect=self.timeout, read=self.timeout)
         resp = self._pool().request(method, url, headers={**self.headers, **(headers or {})},
-                                    preload_content=False, decode_content=False)
+                                    preload_content=False, decode_content=False, timeout=timeout)
         if resp.status < 300:
+            resp.deadline_at = deadline_at
             return resp
         resp.close()  # an error body is not read: its size is the server's to choose
         resp.release_conn()
         if status_kind(resp.status) == MISSING:
             raise FileNotFoundError(errno.ENOENT, f"not found (HTTP {resp.status})", url)
-        raise HttpStatusError(resp.status, resp.reason or "")
+        raise HttpStatusError(resp.status, resp.reason or "", parse_retry_after(resp.headers.get("Retry-After")))
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""
@@ -98,7 +121,8 @@ class HttpStorage(RetryingStorage):
         resp = self._request("GET", url, {"Range": f"bytes={offset}-{offset + length - 1}"})
         try:
             _check_range_answer(url, resp, offset, length)
-            return _read_exactly(url, resp, offset, length)
+            data = self._read_body(resp, length + 1)  # one byte more: a longer body is refused
+            return _read_exactly(url, data, offset, length)
         except BaseException:
             resp.close()  # the body was not read to its end: this connection cannot serve another request
             raise
@@ -110,7 +134,10 @@ class HttpStorage(RetryingStorage):
         def get():
             resp = self._request("GET", self.url(relpath))
             try:
-                return resp.read()  # urllib3 checks the body against Content-Length
+                return self._read_body(resp, None)  # urllib3 checks the body against Content-Length
+            except BaseException:
+                resp.close()
+                raise
             finally:
                 resp.release_conn()
         return self._retry("read", relpath, None, get)
@@ -126,6 +153,24 @@ class HttpStorage(RetryingStorage):
         except FileNotFoundError:
             return False
         return True
+
+    def _read_body(self, resp, length: int | None) -> bytes:
+        """The body (at most `length` bytes), read before `resp.deadline_at`: the process's watchdog shuts the
+        socket down at the deadline, so a stalled or trickling body ends in a transient DeadlineError."""
+        sock = getattr(resp.connection, "sock", None)
+        token = None if sock is None else WATCHDOG.watch(sock, resp.deadline_at)
+        data, error = b"", None
+        try:
+            data = _read_up_to(resp, length)
+        except Exception as exc:
+            error = exc
+        finally:
+            fired = token is not None and not WATCHDOG.cancel(token)
+        if fired:
+            raise DeadlineError(f"answer not complete within the {self.deadline:g} s deadline") from error
+        if error is not None:
+            raise error
+        return data
 
     def _head(self, relpath: str):
         resp = self._request("HEAD", self.url(relpath))
@@ -161,11 +206,18 @@ def _check_range_answer(url: str, resp, offset: int, length: int) -> None:
                            f"does not match bytes {offset}-{offset + length - 1}")
 
 
-def _read_exactly(url: str, resp, offset: int, length: int) -> bytes:
+def _read_exactly(url: str, data: bytes, offset: int, length: int) -> bytes:
     """The body, which must be `length` bytes (a cut connection is a transient ProtocolError)."""
-    data = resp.read()
     if len(data) != length:
         raise StorageError(f"{url}: short read at offset {offset}: got {len(data)} of {length} bytes")
+    return data
+
+
+def _read_up_to(resp, length: int | None) -> bytes:
+    """At most `length` bytes of the body (all of it for None); a body cut short raises urllib3's ProtocolError."""
+    data = resp.read(length)
+    if length is not None and len(data) < length and resp.length_remaining:
+        data += resp.read(length - len(data))  # at the end of what came: urllib3 raises IncompleteRead
     return data
 
 

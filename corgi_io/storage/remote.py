@@ -13,7 +13,7 @@ import fsspec.core
 
 from corgi_io.errors import StorageError
 from corgi_io.storage.hdfs import hdfs_filesystem, is_hdfs
-from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, status_kind
+from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, parse_retry_after, status_kind
 from corgi_io.storage.s3 import endpoint_hint, is_connection_error, is_s3, s3_options
 
 __all__ = ["FsspecStorage", "classify_error", "underlying_error"]
@@ -48,6 +48,14 @@ def classify_error(exc: BaseException) -> str:
     return TRANSIENT if isinstance(exc, _NETWORK_ERRORS) else FATAL
 
 
+def _answer_headers(error: BaseException | None):
+    """The HTTP headers of the answer behind `error` (aiohttp's ClientResponseError, botocore's ClientError)."""
+    headers, response = getattr(error, "headers", None), getattr(error, "response", None)
+    if headers is None and isinstance(response, dict):
+        headers = (response.get("ResponseMetadata") or {}).get("HTTPHeaders")
+    return headers if hasattr(headers, "get") else None
+
+
 class FsspecStorage(RetryingStorage):
     """Any fsspec URL; a block is one ranged `fs.cat_file(path, start, end)`.
 
@@ -59,15 +67,23 @@ class FsspecStorage(RetryingStorage):
     """
 
     def __init__(self, root: str, *, retry_seconds: float = 20.0, open_retry_seconds: float = 2.0,
-                 backoff: float = 0.1, max_backoff: float = 2.0, **storage_options):
+                 backoff: float = 0.1, max_backoff: float = 2.0, max_requests: int = 16, **storage_options):
         super().__init__(root, retry_seconds=retry_seconds, open_retry_seconds=open_retry_seconds,
-                         backoff=backoff, max_backoff=max_backoff)
+                         backoff=backoff, max_backoff=max_backoff, max_requests=max_requests)
         self.storage_options = storage_options
         self._fs = self._root_path = None
         self._connect()  # a bad URL or a missing driver fails here, not at the first read
 
     classify = staticmethod(classify_error)
     underlying = staticmethod(underlying_error)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        """The `Retry-After` of an HTTP answer (aiohttp's error, or botocore's behind an s3fs OSError)."""
+        for error in (underlying_error(exc), exc.__cause__):
+            headers = _answer_headers(error)
+            if headers is not None:
+                return parse_retry_after(headers.get("Retry-After") or headers.get("retry-after"))
+        return None
 
     def hint(self, exc: BaseException) -> str:
         """How to set an S3 endpoint, when a connection to AWS failed and none was set."""

@@ -111,7 +111,8 @@ def test_without_credentials_a_private_pack_fails_and_anon_reads_a_public_one(s3
     with pytest.raises(StorageError, match=r"manifest\.json: lookup failed: NoCredentialsError"):
         open_manifest(url, {"endpoint_url": server.url})
     public = server.upload_folder(local_pack, "corgi-public", "pack", acl="public-read")
-    with pytest.raises(PermissionError):  # anon=True sends unsigned requests: a private bucket refuses them
+    with pytest.raises(StorageError, match=r"s3://corgi-test/pack/manifest\.json: lookup failed: PermissionError"):
+        # anon=True sends unsigned requests: a private bucket refuses them
         open_manifest(url, {"endpoint_url": server.url, "anon": True})
     report = verify(public, progress=False, storage_options={"endpoint_url": server.url, "anon": True})
     assert report.ok and report.samples_checked == open_manifest(local_pack).num_samples
