@@ -111,7 +111,7 @@ def budget_lines(args) -> None:
         base = statistics.median(waste(np.random.default_rng(seed).permutation(args.n), lengths(args.n, seed),
                                        max(1, round(args.budget / lengths(args.n, seed).mean())))
                                  for seed in range(args.rounds))
-        print(f"batch_waste corgipile batch_budget {cost:6s}      padding waste {100 * w:5.1f}%  ratio {w / base:5.2f}x "
+        print(f"batch_waste corgipile Budget(T) {cost:6s}         padding waste {100 * w:5.1f}%  ratio {w / base:5.2f}x "
               f"vs random batches; p95 max/mean rank cost {p95:.3f} (goal <= 1.05) over {args.world} ranks; "
               f"fill {100 * fill:.1f}% of T; plan {seconds:.2f} s")
 

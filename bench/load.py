@@ -95,7 +95,7 @@ def verify_cost(root, args, num_samples: int) -> None:
     Each measurement runs whole epochs for at least 2 s: a single epoch of a small pack takes
     a fraction of a second, where scheduling noise on a shared 2-core machine swamps a 10% effect.
     """
-    modes = {"corgipile, checksums checked (default)": True, "corgipile, verify_reads=False": False}
+    modes = {"corgipile, checksums checked (default)": True, "corgipile, Reading(verify=False)": False}
     makers = {name: (lambda v=verify: corgi(root, "corgipile", args.buffer_blocks, verify=v))
               for name, verify in modes.items()}
     fastest = max(epochs_rate(make, 1)[0] for make in makers.values())  # also warms the cache
@@ -105,7 +105,7 @@ def verify_cost(root, args, num_samples: int) -> None:
         for name, make in makers.items():
             runs[name].append(epochs_rate(make, epochs))
     medians = {name: tuple(statistics.median(r[i] for r in rounds) for i in (0, 1)) for name, rounds in runs.items()}
-    report("warm", medians, "corgipile, verify_reads=False")
+    report("warm", medians, "corgipile, Reading(verify=False)")
     checked, unchecked = (medians[name][0] for name in modes)
     ratios = sorted(c[0] / u[0] for c, u in zip(*runs.values()))
     print(f"# checking costs {100 * (1 - checked / unchecked):.1f}% of unchecked throughput (median of {args.rounds} "

@@ -42,7 +42,7 @@ from pack_tokenize import make_text_folder, train_tokenizer  # noqa: E402
 
 EOS = 0  # the tokenizer's [UNK]: any id works as the end token, both contenders use the same
 RAW, BOUNDED = "litdata TokensLoader", "litdata TokensLoader + boundaries"
-CORGI = {"corgi pack_length (split)": True, "corgi pack_length (split_documents=False)": False}
+CORGI = {"corgi TokenRows (split)": True, "corgi TokenRows (split_documents=False)": False}
 
 
 def build(workdir: Path, n: int) -> tuple:

@@ -1,8 +1,8 @@
 """`--storage-option KEY=VALUE` and `--storage-options FILE.json`: the storage options of a remote pack.
 
 Shared by every command that reads a pack (`stats`, `verify`, `plan`). The options are the
-`storage_options` a `CorgiPileDataset` takes: fsspec's (s3fs's `endpoint_url`, `key`, `client_kwargs`,
-...) and corgi-io's own (`retry_seconds`, `headers`, ...). See docs/operations.md.
+`storage_options` of a `CorgiPileDataset`'s `Reading(storage_options=)`: fsspec's (s3fs's `endpoint_url`,
+`key`, `client_kwargs`, ...) and corgi-io's own (`retry_seconds`, `headers`, ...). See docs/operations.md.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Batching corgi samples: `collate_samples`, the default `collate_fn` of `CorgiPileDataset(batch_size=B)`.
+"""Batching corgi samples: `collate_samples`, the default `collate_fn` of `CorgiPileDataset(batching=Batches(B))`.
 
 A batch is one dict (a `Batch`) with the samples' fields side by side:
 
@@ -152,10 +152,10 @@ def collate_samples(samples: list) -> Batch:
 
 
 class PadCollate:
-    """A `collate_fn` for 1-D sequences of different lengths (``decode="tokens"`` with `batch_budget` or
-    `group_by_size`): field `field` padded with `pad_id` to the batch's longest, as one int64 tensor (B, max),
-    with `mask` (True on real tokens) beside it; every other field as `collate_samples` makes it.  A padded
-    model pays ``B * max`` per batch, which is what ``batch_cost="padded"`` budgets."""
+    """A `collate_fn` for 1-D sequences of different lengths (``decode="tokens"`` with `Budget(T)` or
+    `Batches(B, group_by_size=True)`): field `field` padded with `pad_id` to the batch's longest, as one int64
+    tensor (B, max), with `mask` (True on real tokens) beside it; every other field as `collate_samples` makes it.
+    A padded model pays ``B * max`` per batch, which is what ``Budget(T, cost="padded")`` budgets."""
 
     def __init__(self, pad_id: int = 0, field: str = "data"):
         self.pad_id, self.field = int(pad_id), field

@@ -1,6 +1,6 @@
 """Batches of raw bytes without a dict per sample (issue 20 §4): chosen by `CorgiPileDataset` on its own.
 
-With `batch_size` and nothing to do per sample (no decode, no transform, the default collate), a
+With `Batches(B)` and nothing to do per sample (no decode, no transform, the default collate), a
 batch is what `collate_samples` would make of its samples, so the reader builds it from its
 pieces' bytes and the manifest's columns with numpy (`corgi_io.reading.raw_batches`) and `row_batch`
 turns that into the same `Batch`: int64 tensors for `index`, `label`, `size`, lists of str for
@@ -26,9 +26,9 @@ _LISTS = ("key", "kind", "ext")  # columns of names, lists in a batch; the other
 
 
 def fast_batches_apply(spec, decode, manifests) -> bool:
-    """Whether batches can skip the sample dicts: `batch_size` set, raw bytes (no `decode`, or images decoded
-    later on a device: `device_images`), no transform, the default `collate_samples`, and every pack of one field
-    per sample (several fields per sample differ from sample to sample: those go through the per-sample path)."""
+    """Whether batches can skip the sample dicts: `Batches(B)` (`spec.batch_size` set), raw bytes (no `decode`,
+    or images decoded later on a device: `device_images`), no transform, the default `collate_samples`, and every
+    pack of one field per sample (several fields per sample differ from sample to sample: those go through the per-sample path)."""
     raw = decode is None or getattr(decode, "on_device", False)
     return (spec.batch_size is not None and raw and spec.transform is None
             and spec.collate_fn is collate_samples and all(m.max_fields == 1 for m in manifests))

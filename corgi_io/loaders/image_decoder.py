@@ -8,7 +8,7 @@ crop allows it, one OpenCV resize of the crop's view, an in-place flip.  The cro
 draws are `corgi_io.images.crops`: a sample's crop and flip are a function of (seed, epoch, sample
 index), so they are reproducible, change every epoch, and survive resume and elastic resume.
 
-With ``batch_size=B`` the dataset gives each batch one preallocated (B, H, W, 3) tensor (`BatchSlots`):
+With ``batching=Batches(B)`` the dataset gives each batch one preallocated (B, H, W, 3) tensor (`BatchSlots`):
 every sample is resized into its own row of it, and the default collate takes the rows as the batch
 without stacking them (`corgi_io.loaders.collate`).  In a DataLoader worker that tensor is made in shared
 memory, so it crosses to the trainer without another copy, and the worker fills it again once the trainer

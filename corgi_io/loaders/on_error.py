@@ -1,4 +1,4 @@
-"""What a sample that fails to decode does: ``on_error="raise"`` (the default) or ``"skip"``.
+"""What a sample that fails to decode does: ``Decoding(how, on_error="raise")`` (the default) or ``"skip"``.
 
 Every failure is a DecodeError with one line naming the shard, the byte offset and the key:
 the decoder's own refusal (``image is 60000x60000 = 3,600,000,000 pixels, above
@@ -10,8 +10,8 @@ raised (``cannot decode (UnidentifiedImageError: cannot identify image file)``).
 line: the DecodeError's text and how many this worker has skipped this epoch) for each of
 the first `WARN_FIRST` failures of a worker's epoch; later ones are counted, and a last
 warning at the end of the worker's epoch gives the total.  Skipping needs the dataset's
-`batch_size`: the batch is yielded without the failed sample (one sample shorter), so every
-rank still takes `len(dataset)` steps.  A batch whose every sample fails cannot be yielded:
+batches (`Batches(B)` or `Budget(T)`): the batch is yielded without the failed sample (one
+sample shorter), so every rank still takes `len(dataset)` steps.  A batch whose every sample fails cannot be yielded:
 it raises DecodeError.  A failing `transform` is not a decode failure: it always raises.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""A dataset's cache of remote pieces (`cache_dir`, `cache_limit`, `cache_policy`), one per process.
+"""A dataset's cache of remote pieces (`Cache(folder, limit, policy=)`), one per process.
 
 Each process (the main one, or a DataLoader worker) keeps its own `PieceCache` over the shared
-folder ``cache_dir/<pack fingerprint>``, with its own `CacheBook`: the future it knows is its
+folder ``<Cache folder>/<pack fingerprint>``, with its own `CacheBook`: the future it knows is its
 own read order, the rest of this epoch's plan then the whole next epoch's (a pure function of
 seed and epoch), and when the reads of this epoch's last buffer are under way it prefetches the
-first `prefetch_blocks` pieces of the next epoch.  Local packs are never cached.  See
+first `Reading(prefetch_blocks=)` pieces of the next epoch.  Local packs are never cached.  See
 docs/operations.md ("Caching remote packs") and docs/algorithms.md ("Cache eviction").
 """
 from __future__ import annotations

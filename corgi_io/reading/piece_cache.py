@@ -32,7 +32,7 @@ from corgi_io.storage.cache_folder import disk_full
 def warn_disk_full(path, exc: OSError) -> None:
     """The one warning of a cache that stops writing: its folder and the disk's error, on one line."""
     warnings.warn(f"{path}: cache disk full ({exc.strerror or exc}): this process reads on without caching "
-                  f"(free space, or lower cache_limit below the disk's free space)", stacklevel=2)
+                  f"(free space, or lower Cache(folder, limit)'s limit below the disk's free space)", stacklevel=2)
 
 
 def piece_key(piece) -> str:

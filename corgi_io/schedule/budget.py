@@ -1,7 +1,7 @@
 """Budgeted batches: one shuffle buffer's samples cut into batches whose *cost* stays within a budget.
 
-`batch_budget=T` replaces a fixed batch size for data whose samples differ in size (tokens, frames,
-pixels).  How a batch costs is a model from the registry `BATCH_COSTS`:
+`Budget(T)` (the loader's `batching=`) replaces a fixed batch size for data whose samples differ in size
+(tokens, frames, pixels).  How a batch costs is a model from the registry `BATCH_COSTS`:
 
 - ``"padded"``: ``n * max(size)``, what a padded batch costs a model without varlen attention.  The
   buffer's samples are sorted by size and cut into runs (each batch holds samples of similar size, so
@@ -62,7 +62,7 @@ def _split_largest(bounds: list, count: int) -> list:
 
 
 class PaddedBatches:
-    """``batch_cost="padded"``: size-sorted runs of cost ``n * max`` (see the module docstring)."""
+    """``Budget(T, cost="padded")``: size-sorted runs of cost ``n * max`` (see the module docstring)."""
 
     cost = staticmethod(padded_cost)
 
@@ -112,7 +112,8 @@ def _halve_fullest(owner: np.ndarray, count: int) -> np.ndarray:
 
 
 class SumBatches:
-    """``batch_cost="sum"``: batches of sum <= budget, dealt largest first to the lightest batch (see the module)."""
+    """``Budget(T, cost="sum")``: batches of sum <= budget, dealt largest first to the lightest batch (see the
+    module)."""
 
     cost = staticmethod(sum_cost)
 
@@ -152,7 +153,7 @@ BATCH_COSTS = {"padded": PaddedBatches, "sum": SumBatches}
 
 @dataclass(frozen=True)
 class BatchBudget:
-    """`batch_budget` and `batch_cost`, checked: batches of cost <= `limit` under the model `cost`."""
+    """A budget (`Budget(T, cost=)`'s limit and cost), checked: batches of cost <= `limit` under the model `cost`."""
 
     limit: int
     cost: str = "padded"

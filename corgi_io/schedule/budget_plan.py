@@ -1,4 +1,4 @@
-"""One epoch of budgeted batches (`batch_budget=T`) as a pure planner, a `SamplePlanner`.
+"""One epoch of budgeted batches (`Budget(T)`) as a pure planner, a `SamplePlanner`.
 
 Ranks get their samples as without a budget (equal counts; equal size sums under size balance), and
 each rank's pieces form CorgiPile buffers as if the rank had one worker.  Each buffer is cut into

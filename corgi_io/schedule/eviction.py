@@ -10,7 +10,7 @@ keeps the invariant that no piece evicted is used sooner than a piece kept.
 
 Policies differ only in their *urgency*: a number per piece, lower for a piece wanted sooner
 (Belady: its next position in the future order; LRU: minus its last access).  `decide` is the one
-admission rule; `EVICTIONS` is the registry (`CorgiPileDataset(cache_policy=...)`).  Pure: keys
+admission rule; `EVICTIONS` is the registry (`Cache(folder, limit, policy=...)`).  Pure: keys
 are any hashable piece names, sizes are bytes, nothing here touches a file.
 """
 from __future__ import annotations

@@ -187,7 +187,7 @@ class RowPlanner(Planner):
         of another world size."""
         finished, yielded = resume["finished"], resume["yielded"]
         if resume["world_size"] != self.spec.world_size:
-            raise ResumeError(f"pack_length rows are cut from each rank's own stream: resume them with the saved "
+            raise ResumeError(f"TokenRows rows are cut from each rank's own stream: resume them with the saved "
                               f"world size ({resume['world_size']} ranks), not {self.spec.world_size}")
         batch = self.batch_size or 1
         if resume["num_workers"] == num_workers and worker in yielded:
