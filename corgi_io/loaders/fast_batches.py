@@ -26,11 +26,11 @@ _LISTS = ("key", "kind", "ext")  # columns of names, lists in a batch; the other
 
 
 def fast_batches_apply(spec, decode, manifests) -> bool:
-    """Whether batches can skip the sample dicts: `Batches(B)` (`spec.batch_size` set), raw bytes (no `decode`,
+    """Whether batches can skip the sample dicts: `Batches(B)` (`spec.batch_size` set, not rows of tokens), raw bytes (no `decode`,
     or images decoded later on a device: `device_images`), no transform, the default `collate_samples`, and every
     pack of one field per sample (several fields per sample differ from sample to sample: those go through the per-sample path)."""
     raw = decode is None or getattr(decode, "on_device", False)
-    return (spec.batch_size is not None and raw and spec.transform is None
+    return (spec.batch_size is not None and spec.rows is None and raw and spec.transform is None
             and spec.collate_fn is collate_samples and all(m.max_fields == 1 for m in manifests))
 
 

@@ -118,6 +118,11 @@ def test_one_row_per_item_without_batch_size(packed):
     assert item["input_ids"].shape == (L,) and item["cu_seqlens"][-1] == L
 
 
+def test_batches_of_rows_are_not_taken_for_fast_raw_batches(packed):
+    """TokenRows(batch_size=B) is B rows per item, not Batches(B) of raw samples: the numpy raw-batch path is off."""
+    assert not CorgiPileDataset(packed, batching=TokenRows(L, batch_size=2)).fast_batches
+
+
 def states_after(ds, steps):
     loader = StatefulDataLoader(ds, batch_size=None, num_workers=0)
     it = iter(loader)
