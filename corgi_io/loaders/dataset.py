@@ -24,14 +24,14 @@ from corgi_io.loaders.options import Batches, Blend, Budget, Cache, Decoding, Ra
 from corgi_io.loaders.packs import OnePack, PackBlend
 from corgi_io.loaders.resume_point import ResumePoint
 from corgi_io.loaders.shared_epoch import SharedEpoch
-from corgi_io.loaders.spec import block_table, loader_spec
+from corgi_io.loaders.loader_spec import block_table, loader_spec
 from corgi_io.loaders.token_rows import check_token_pack
 from corgi_io.loaders.worker_pass import worker_items
 
 
 class CorgiPileDataset(torch.utils.data.IterableDataset):
     """A pack (or a `Blend` of packs) as a torch IterableDataset, CorgiPile-shuffled, built from parts
-    (`corgi_io.loaders.options`; each checks itself, `loaders/spec.py` checks them together, before any read).
+    (`corgi_io.loaders.options`; each checks itself, `loaders/loader_spec.py` checks them together, before any read).
 
     Items are samples ``{"index", "key", "label", "size", "kind", "ext", "data"}`` (a blend's also say their
     `source`); with `batching` they are batches (`Batches`, `Budget`: ``collate_fn(samples)``) or rows of tokens

@@ -17,7 +17,7 @@
 
 Each object refuses a bad argument of its own when it is made (an `ArgumentError` naming it).  What can only be
 checked across objects (a balance that needs batches, token rows that take no transform...) is checked in one
-place, `loaders/spec.py:loader_spec`, which resolves them into the dataset's `LoaderSpec`.
+place, `loaders/loader_spec.py:loader_spec`, which resolves them into the dataset's `LoaderSpec`.
 """
 from __future__ import annotations
 

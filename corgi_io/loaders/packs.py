@@ -27,7 +27,7 @@ from corgi_io.storage import open_storage
 
 from corgi_io.loaders.piece_cache import RemoteCache
 from corgi_io.loaders.collate import collate_samples
-from corgi_io.loaders.spec import block_table
+from corgi_io.loaders.loader_spec import block_table
 
 
 class OnePack:

@@ -24,7 +24,7 @@ from corgi_io.manifest import MANIFEST_VERSION
 from corgi_io.packing.corpus import discover
 from corgi_io.packing.pack_plan import PackOptions, make_plan
 from corgi_io.packing.sources.folder import PlannedShards
-from corgi_io.packing.sources.stream import StreamUnit
+from corgi_io.packing.sources.stream_unit import StreamUnit
 from corgi_io.packing.sources.unit_list import list_units, units_base
 from corgi_io.packing.table import Table, write_table
 from corgi_io.storage.atomic import temp_name

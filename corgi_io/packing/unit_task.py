@@ -1,7 +1,7 @@
 """The worker side of `corgi pack`: one task packs one unit of any SOURCE into its shards and its record.
 
 A unit is a folder pack's planned shard (`sources.folder.FolderShard`) or one tar, TFRecord file,
-Parquet row group or JSONL file (`sources.stream.StreamUnit`); its reader yields its samples in
+Parquet row group or JSONL file (`sources.stream_unit.StreamUnit`); its reader yields its samples in
 order and applies the input rules.  Every sample then takes the one path: the --dedup mask, the
 input rules, the transforms and the size filter (`OutputRules`), the field mask in the task's own
 numbering (field_masks.py), the format's record, and the unit's blocks and shards
@@ -75,7 +75,7 @@ class _UnitPacker:
         self.skipped, self.payload_bytes, self.reported = [], 0, [0, 0]
         self.reader = task.unit.reader(task.options, task.strict, self.skipped)
         self.output = OutputRules.of(task.options)
-        self.columns = UnitColumns()
+        self.columns = UnitColumns(task.record)
         cuts, shard_limit = task.unit.layout(task.options, self.fmt)
         self.writer = ShardWriter(self.fmt, self.columns, cuts,
                                   lambda number: f"{task.output}/{task.unit.shard_name(number, self.fmt.SUFFIX)}",

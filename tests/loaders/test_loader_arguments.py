@@ -1,6 +1,6 @@
 """The loaders refuse what cannot work, at once and in the user's words: no torch; each part of a
 `CorgiPileDataset` (Shuffle, Ranks, Batches, Budget, TokenRows, Decoding, Reading, Cache, Blend) refuses a bad
-argument of its own when it is made; what only the parts together can tell (`loaders/spec.py:loader_spec`) is
+argument of its own when it is made; what only the parts together can tell (`loaders/loader_spec.py:loader_spec`) is
 refused when the dataset is built, before any read (so nothing fails later in DataLoader workers).  Every refusal is
 one line, an ArgumentError that is also a ValueError and a TypeError."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytest.importorskip("torch", reason="pip install 'corgi-io[torch]'")
 from corgi_io import ArgumentError, CorgiError, PackOptions, pack  # noqa: E402
 from corgi_io.loaders import (Batches, Blend, Budget, Cache, CorgiPileDataset, Decoding, Ranks, Reading,  # noqa: E402
                               Shuffle, TokenRows)
-from corgi_io.loaders.spec import loader_spec  # noqa: E402
+from corgi_io.loaders.loader_spec import loader_spec  # noqa: E402
 from helpers.corpus_factory import write_text  # noqa: E402
 
 MISSING = "no-pack-here"  # a pack that does not exist: a refusal before any read, else ManifestError

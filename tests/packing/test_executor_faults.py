@@ -111,7 +111,7 @@ def test_a_worker_killed_while_it_reports_progress_never_hangs_the_driver():
 def test_a_hash_task_is_named_by_what_it_reads_not_by_the_file_it_writes(tmp_path):
     from corgi_io.packing.dedup_pass import HashTask
     from corgi_io.packing.sources.folder import FolderShard
-    from corgi_io.packing.sources.stream import StreamUnit
+    from corgi_io.packing.sources.stream_unit import StreamUnit
     from corgi_io.packing.sources.unit_list import Unit
     from corgi_io.packing.table import Table
 
