@@ -14,7 +14,7 @@ import numpy as np
 
 from corgi_io.packing.field_masks import check_field_count, pack_names, remap_ids, remap_masks
 from corgi_io.packing.keys import equal_key_groups
-from corgi_io.packing.records import RECORD_COLUMNS, load_column
+from corgi_io.packing.records import RECORD_COLUMNS, load_column, read_column_into
 
 COPIED = ("bytes", "size", "offset", "length", "data_offset", "checksum", "kind", "label")
 
@@ -58,6 +58,7 @@ class PackColumns:
         self.field_names = check_field_count(pack_names(known[0], (unit.field_names for unit in done)))
         self.extensions = pack_names(known[1], (unit.extensions for unit in done))
         self.shard_base = np.cumsum([0, *(len(unit.shards) for unit in done)])
+        self.samples_count = sum(unit.samples for unit in done)
 
     def shards(self) -> list:
         """The manifest head's shard entries: path, bytes, first sample, samples."""
@@ -90,13 +91,16 @@ class PackColumns:
                              self._shard, self._joined)
 
     def keys(self) -> tuple:
-        """(uint8 blob, int64 offsets) of every sample's key, in manifest order."""
-        blobs = list(self._columns("key_blob"))
-        offsets, base = [np.zeros(1, np.int64)], 0
-        for blob, unit_offsets in zip(blobs, self._columns("key_offsets")):
-            offsets.append(unit_offsets[1:] + base)
-            base += len(blob)
-        return np.concatenate(blobs or [np.zeros(0, np.uint8)]), np.concatenate(offsets)
+        """(uint8 blob, int64 offsets) of every sample's key, in manifest order, each filled a unit at a time into
+        an array made once at its full size (never held twice)."""
+        offsets, at = np.zeros(self.samples_count + 1, np.int64), 1
+        for unit_offsets in self._columns("key_offsets"):
+            offsets[at:at + len(unit_offsets) - 1] = unit_offsets[1:] + offsets[at - 1]
+            at += len(unit_offsets) - 1
+        blob, at = np.empty(int(offsets[-1]), np.uint8), 0
+        for path in self.records:
+            at += read_column_into(path, "key_blob", blob[at:])
+        return blob, offsets
 
     def repeated_key(self) -> str | None:
         """A warning line naming a key that two samples share (and the units they come from), or None.
@@ -122,10 +126,13 @@ class PackColumns:
         return self._joined_with(name, lambda column, unit, base: column, [None] * len(self.done))
 
     def _joined_with(self, name: str, convert, bases) -> np.ndarray:
-        """Record column `name` of every unit, `convert(column, unit, base)`, concatenated in unit order."""
-        dtype = RECORD_COLUMNS[name][1]
-        parts = [convert(column, unit, base) for column, unit, base in zip(self._columns(name), self.done, bases)]
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+        """Record column `name` of every unit, `convert(column, unit, base)`, in unit order: filled a unit at a time
+        into one array made at its full size."""
+        joined, at = np.empty(self.samples_count, RECORD_COLUMNS[name][1]), 0
+        for column, unit, base in zip(self._columns(name), self.done, bases):
+            joined[at:at + len(column)] = convert(column, unit, base)
+            at += len(column)
+        return joined
 
     def _ext(self) -> np.ndarray:
         return self._joined_with("ext", lambda column, unit, base: remap_ids(column, unit.extensions, self.extensions),

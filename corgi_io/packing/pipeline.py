@@ -106,7 +106,7 @@ def _pack(source: str, form: str, output: Path, options: PackOptions, fmt, execu
     if planned is None:
         return  # OUTPUT already holds this pack, finished
     done = _write_units(executor, planned, output, strict, display)
-    _write_manifest(output, planned, done, display)
+    _write_manifest(output, planned, done, display, check_keys=form in SOURCE_MODULES)
     finish_output(output)
 
 
@@ -126,14 +126,15 @@ def _write_units(executor, planned: Planned, output: Path, strict: bool, display
     return [done[index] for index in range(len(units))]
 
 
-def _write_manifest(output: Path, planned: Planned, done: list, display) -> None:
-    """The manifest of the finished units, one column at a time."""
+def _write_manifest(output: Path, planned: Planned, done: list, display, *, check_keys: bool) -> None:
+    """The manifest of the finished units, one column at a time.  With `check_keys` (shards or tables: a folder's
+    or listing's walk already refused repeated keys, keys.check_unique) a key that two samples share is warned of."""
     skipped = [*planned.skipped, *(entry for unit in done for entry in unit.skipped)]
     if not any(unit.samples for unit in done):  # every sample was skipped
         raise empty_corpus(planned.identity["source"], skipped)
     display.phase("manifest", "column", total=len(SAMPLE_COLUMNS))
     parts = PackColumns(done, [record_path(planned.partial, index) for index in range(len(done))], planned.known)
-    if (repeated := parts.repeated_key()) is not None:
+    if check_keys and (repeated := parts.repeated_key()) is not None:
         warn(repeated)
     head = {"format": planned.identity["format"], "options": planned.identity,
             "labels": parts.labels() if planned.labels is None else planned.labels, "fields": parts.field_names,

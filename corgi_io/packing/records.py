@@ -14,15 +14,17 @@ from __future__ import annotations
 import array
 import json
 import os
+import secrets
 import zipfile
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 
 from corgi_io.packing.field_masks import TaskNames
 from corgi_io.packing.keys import stable_key_hash
-from corgi_io.storage.atomic import atomic_output
+from corgi_io.storage.atomic import atomic_output, temp_name, writer_id
 
 RECORD_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy dtype)
     "shard": ("I", np.uint32),       # the unit's shard it is in (0, 1, ...)
@@ -38,8 +40,10 @@ RECORD_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy 
     "label": ("i", np.int32),        # class id, -1: unlabeled
     "fields": ("Q", np.uint64),      # bit i: it has the unit's field i
     "key_hash": ("q", np.int64),     # keys.stable_key_hash of its key (candidates for equal keys)
-    "key_offsets": ("q", np.int64),  # its key is key_blob[key_offsets[i]:key_offsets[i + 1]] (one more entry)
-}
+    "key_offsets": ("q", np.int64),  # its key is key_blob[key_offsets[i]:key_offsets[i + 1]] (the record has a
+}                                    # leading 0: one more entry)
+READ_BYTES = 1 << 20  # bytes of a record column read at a time into the driver's joined column
+SPILL_ROWS = 1 << 14  # samples whose columns a task holds in memory before it appends them to its spill file
 
 
 @dataclass(frozen=True)
@@ -63,17 +67,28 @@ class UnitDone:
 
 
 class UnitColumns:
-    """The per-sample columns of a unit being packed, with its field names and extensions."""
+    """The per-sample columns of a unit being packed, with its field names and extensions.
 
-    def __init__(self):
-        self.columns = {name: array.array(code) for name, (code, _) in RECORD_COLUMNS.items()}
-        self.columns["key_offsets"].append(0)
-        self.keys = bytearray()
+    At most SPILL_ROWS samples' columns are held in memory: each full chunk is appended to a spill file beside
+    the record (removed by `close`), so a task's memory does not grow with its unit, however many
+    samples the plan puts in one shard; `save_record` streams the chunks into the record."""
+
+    def __init__(self, record):
+        record = Path(record)
+        self.spill_path = record.with_name(temp_name(f"{record.name}.spill", f"{writer_id()}-{secrets.token_hex(4)}"))
+        self.spill = None
+        self.chunks = []  # per spilled chunk: {column: (byte offset in the spill file, byte count)}
+        self.spilled, self.key_bytes = 0, 0  # samples and key bytes in the spill file
         self.names, self.blocks, self.shard_starts = TaskNames(), 0, [0]
+        self._new_chunk()
+
+    def _new_chunk(self) -> None:
+        self.columns = {name: array.array(code) for name, (code, _) in RECORD_COLUMNS.items()}
+        self.keys = bytearray()
 
     @property
     def count(self) -> int:
-        return len(self.columns["offset"])
+        return self.spilled + len(self.columns["offset"])
 
     def add(self, shard: int, base: int, row: tuple) -> None:
         """One sample of `shard`, whose block begins at byte `base` of it; `row` as `ShardWriter.add` takes it."""
@@ -81,24 +96,61 @@ class UnitColumns:
         while len(self.shard_starts) <= shard:
             self.shard_starts.append(self.count)
         key = key.encode("utf-8")
+        self.keys += key
         values = (shard, self.blocks, base + offset, length, base + data_offset, nbytes, size, crc, kind, ext, label,
-                  mask, stable_key_hash(key))
+                  mask, stable_key_hash(key), self.key_bytes + len(self.keys))
         for name, value in zip(RECORD_COLUMNS, values):
             self.columns[name].append(value)
-        self.keys += key
-        self.columns["key_offsets"].append(len(self.keys))
+        if len(self.columns["offset"]) >= SPILL_ROWS:
+            self._spill_chunk()
+
+    def _spill_chunk(self) -> None:
+        """Append the chunk held in memory to the spill file and start an empty one."""
+        if self.spill is None:
+            self.spill = open(self.spill_path, "w+b")
+        chunk = {}
+        for name, part in [*self.columns.items(), ("key_blob", self.keys)]:
+            chunk[name] = (self.spill.tell(), len(part) * part.itemsize if name != "key_blob" else len(part))
+            self.spill.write(part)
+        self.chunks.append(chunk)
+        self.spilled, self.key_bytes = self.count, self.key_bytes + len(self.keys)
+        self._new_chunk()
+
+    def parts(self, name: str, start: int = 0):
+        """Column `name` (of RECORD_COLUMNS, or ``key_blob``) from sample `start` on, as numpy arrays a chunk at a
+        time: the spilled chunks read back, then the one in memory."""
+        dtype, first = RECORD_COLUMNS[name][1] if name != "key_blob" else np.uint8, 0
+        if self.spill is not None:
+            self.spill.flush()
+        for chunk in self.chunks:
+            offset, size = chunk[name]
+            rows = size // np.dtype(dtype).itemsize
+            if first + rows > start:
+                data = os.pread(self.spill.fileno(), size, offset)
+                yield np.frombuffer(data, dtype=dtype)[max(0, start - first):]
+            first += rows
+        held = self.keys if name == "key_blob" else self.columns[name]
+        yield np.frombuffer(held, dtype=dtype)[max(0, start - first):] if len(held) else np.zeros(0, dtype)
 
     def end_block(self) -> None:
         self.blocks += 1
 
     def shard_records(self, shard: int) -> tuple:
-        """(offsets, lengths) of the records of `shard`, the last one begun (its sidecar's index)."""
+        """(offsets, lengths) of the records of `shard`, the last one begun (its sidecar's index), as iterators."""
         start = self.shard_starts[shard]
-        return self.columns["offset"][start:], self.columns["length"][start:]
+        return tuple(chain.from_iterable(part.tolist() for part in self.parts(name, start))
+                     for name in ("offset", "length"))
 
     def shard_samples(self) -> tuple:
         """Samples in each shard, in order."""
         return tuple(np.diff([*self.shard_starts, self.count]).tolist()) if self.count else ()
+
+    def close(self) -> None:
+        """Remove the spill file."""
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+        self.spill_path.unlink(missing_ok=True)
 
 
 def record_path(partial: Path, unit: int) -> Path:
@@ -107,12 +159,23 @@ def record_path(partial: Path, unit: int) -> Path:
 
 
 def save_record(path, done: UnitDone, columns: UnitColumns) -> None:
-    """Write a unit's record atomically (temporary name, fsync, rename)."""
+    """Write a unit's record atomically (temporary name, fsync, rename): an .npz written a chunk at a time."""
     summary = json.dumps(dict(done.__dict__, skipped=list(done.skipped))).encode("utf-8")
-    arrays = {name: np.asarray(columns.columns[name], dtype=dtype) for name, (_, dtype) in RECORD_COLUMNS.items()}
-    with atomic_output(path) as f:
-        np.savez(f, summary=np.frombuffer(summary, dtype=np.uint8),
-                 key_blob=np.frombuffer(bytes(columns.keys), dtype=np.uint8), **arrays)
+    with atomic_output(path) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        _write_npy(archive, "summary", np.uint8, len(summary), [summary])
+        _write_npy(archive, "key_blob", np.uint8, columns.key_bytes + len(columns.keys), columns.parts("key_blob"))
+        for name, (_, dtype) in RECORD_COLUMNS.items():
+            first = [np.zeros(1, dtype)] if name == "key_offsets" else []  # one more entry: key 0 starts at 0
+            _write_npy(archive, name, dtype, columns.count + len(first), chain(first, columns.parts(name)))
+
+
+def _write_npy(archive, name: str, dtype, count: int, parts) -> None:
+    """Member ``<name>.npy`` of `archive` (as np.savez writes it): a 1-d array of `count` `dtype` from `parts`."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (count,)}
+    with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+        np.lib.format.write_array_header_1_0(member, header)
+        for part in parts:
+            member.write(part)
 
 
 def load_done(path, output) -> UnitDone | None:
@@ -131,3 +194,23 @@ def load_column(path, name: str) -> np.ndarray:
     """One column of a unit's record (a name of RECORD_COLUMNS, or ``key_blob``)."""
     with np.load(path, allow_pickle=False) as record:
         return record[name]
+
+
+def read_column_into(path, name: str, out: np.ndarray) -> int:
+    """Read column `name` of a unit's record into the start of `out`, READ_BYTES at a time (the driver never holds
+    the column twice); returns its length.  A column that is not 1-d, of `out`'s dtype and no longer than `out`
+    is refused (an OSError naming the record), never read past."""
+    with zipfile.ZipFile(path) as archive, archive.open(f"{name}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read_header(member)
+        if len(shape) != 1 or fortran_order or dtype != out.dtype or shape[0] > len(out):
+            raise OSError(0, f"its {name} column is not at most {len(out)} {out.dtype}", str(path))
+        view, at = memoryview(out[:shape[0]]).cast("B"), 0
+        while at < len(view):
+            chunk = member.read(min(READ_BYTES, len(view) - at))
+            if not chunk:
+                raise OSError(0, f"its {name} column is truncated", str(path))
+            view[at:at + len(chunk)] = chunk
+            at += len(chunk)
+    return shape[0]

@@ -120,12 +120,14 @@ class ShardWriter:
             self._seal_shard()
         summary = done(self.shards)
         save_record(record, summary, self.columns)
+        self.columns.close()
         for shard in self.shards:
             shard.publish()
         return summary
 
     def abort(self) -> None:
-        """Drop the temporary files of the unit's unfinished shards."""
+        """Drop the temporary files of the unit's unfinished shards, and its columns' spill file."""
+        self.columns.close()
         for shard in [*self.shards, *([self.shard] if self.shard is not None else [])]:
             shard.abort()
 

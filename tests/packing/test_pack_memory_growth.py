@@ -1,5 +1,7 @@
 """What keeps the peak RSS of the `corgi pack` process tree from growing with the corpus (issue 30): the pool's
-workers forked before the walk, freed columns handed back to the system, a narrow corpus and pack order.
+workers forked before the walk, freed columns handed back to the system, a narrow corpus and pack order, a write
+task's record columns spilled to disk, and the driver's manifest columns filled in place (no repeated-key pass for a
+folder, whose walk refused them already).
 
 bench/pack_memory.py --tree measures the figure itself (GNU time %M at 5x10^4 and 2.5x10^5 files); these tests
 pin each mechanism, and the bench's --tree lines.
@@ -15,9 +17,14 @@ import numpy as np
 import pytest
 
 from corgi_io.formats import get_format
+from corgi_io.packing import records
 from corgi_io.packing.corpus import discover
+from corgi_io.packing.manifest_columns import PackColumns
 from corgi_io.packing.pack_plan import PackOptions, make_plan, pack_order
+from corgi_io.packing.pipeline import pack
 from corgi_io.processes import worker_pool
+from helpers.corpus_factory import write_text
+from helpers.source_shards import write_tars
 
 BENCH = Path(__file__).parents[2] / "bench" / "pack_memory.py"
 MIB = 1 << 20
@@ -115,3 +122,67 @@ def test_the_tree_bench_reports_gnu_time_of_the_whole_pack_and_its_growth(tmp_pa
     worker = float(re.search(r"worker +([\d.]+) MiB", lines[2]).group(1))
     assert worker > 0  # the pool's workers were seen
     assert not list(tmp_path.glob("*.complete-*"))  # the corpora and their markers are gone without --keep
+
+
+def _unit_columns(record: Path, count: int) -> records.UnitColumns:
+    columns = records.UnitColumns(record)
+    for i in range(count):
+        columns.add(i // 10, 1000 * (i // 10), (i, 1, i + 1, 2, 3, i * 7, 1, 0, i % 4, 1, f"key-{i}"))
+        if i % 4 == 3:
+            columns.end_block()
+    return columns
+
+
+def test_a_write_task_holds_at_most_spill_rows_samples_and_its_record_reads_back_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "SPILL_ROWS", 8)
+    record = tmp_path / "unit-000000.rec"
+    columns = _unit_columns(record, 29)
+    assert len(columns.columns["offset"]) < 8 and columns.count == 29  # the rest is in the spill file
+    assert [list(part) for part in columns.shard_records(2)] == [[2000 + i for i in range(20, 29)], [1] * 9]
+    done = records.UnitDone(0, ("s",), (1,), columns.shard_samples(), 29, 0, (), (), ())
+    records.save_record(record, done, columns)
+    columns.close()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [record.name]  # the spill file is gone
+    assert records.load_column(record, "offset").tolist() == [1000 * (i // 10) + i for i in range(29)]
+    assert records.load_column(record, "block").tolist() == [i // 4 for i in range(29)]
+    blob, offsets = records.load_column(record, "key_blob"), records.load_column(record, "key_offsets")
+    assert [blob[a:b].tobytes().decode() for a, b in zip(offsets[:-1], offsets[1:])] == [f"key-{i}" for i in range(29)]
+    assert records.load_done(record, tmp_path) is None  # its shard "s" is not there: not a finished unit
+
+
+def test_the_driver_reads_a_record_column_into_its_joined_column_and_refuses_one_too_long(tmp_path):
+    with open(tmp_path / "old.rec", "wb") as f:
+        np.savez(f, key_blob=np.frombuffer(b"abcdef", np.uint8))  # as np.savez wrote records
+    out = np.zeros(8, np.uint8)
+    assert records.read_column_into(tmp_path / "old.rec", "key_blob", out[1:]) == 6 and out.tobytes() == b"\0abcdef\0"
+    with pytest.raises(OSError, match="its key_blob column is not at most 5 uint8") as refused:
+        records.read_column_into(tmp_path / "old.rec", "key_blob", out[:5])
+    assert refused.value.filename == str(tmp_path / "old.rec")
+
+
+def _folder(root: Path, count: int) -> Path:
+    for i in range(count):
+        write_text(root / f"c{i % 3}" / f"f{i:03d}.txt", 3, seed=i)
+    return root
+
+
+def test_the_repeated_key_pass_runs_for_shards_and_tables_only(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(PackColumns, "repeated_key", lambda self: calls.append(1))
+    pack(_folder(tmp_path / "src", 12), tmp_path / "out")
+    assert calls == []  # a folder's walk refused repeated keys already: no second pass over every key
+    write_tars(tmp_path / "tars", tars=2, per_tar=3)
+    pack(tmp_path / "tars", tmp_path / "out2")
+    assert calls == [1]
+
+
+def test_a_pack_with_spilled_record_columns_is_byte_identical(tmp_path, monkeypatch):
+    source = _folder(tmp_path / "src", 40)
+    pack(source, tmp_path / "held", PackOptions(block_samples=3, shard_bytes=8 << 10))
+    monkeypatch.setattr(records, "SPILL_ROWS", 2)
+    pack(source, tmp_path / "spilled", PackOptions(block_samples=3, shard_bytes=8 << 10))
+    held = {path.relative_to(tmp_path / "held"): path.read_bytes() for path in (tmp_path / "held").rglob("*")
+            if path.is_file() and path.name != "head.json"}
+    spilled = {path.relative_to(tmp_path / "spilled"): path.read_bytes() for path in (tmp_path / "spilled").rglob("*")
+               if path.is_file() and path.name != "head.json"}
+    assert len(held) > 5 and held == spilled
