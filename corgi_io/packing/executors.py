@@ -1,6 +1,6 @@
 """Where the pack's tasks run: this process, a local process pool, or a Dask cluster (dask_executor.py).
 
-An executor runs a module-level task function (`encode.write_shard`) over small picklable tasks
+An executor runs a module-level task function (`unit_task.write_unit`) over small picklable tasks
 and yields the small results as the tasks finish, in any order; the pipeline never depends on
 that order, and every task writes its own output, so the bytes are the same wherever it ran.
 The first task that fails raises in the driver, and no further task starts.
@@ -198,7 +198,7 @@ class LocalExecutor:
 
     def _sample_of(self, pid: int) -> str:
         """What worker `pid` was on, by its task: the sample it marked, else (none marked, or naming it failed: a
-        ShardTask reads its table) the task's path.  Runs while the pool's error is raised: it must not raise."""
+        folder unit reads its table) the task's path.  Runs while the pool's error is raised: it must not raise."""
         _, number, position = self._board.entries().get(pid, (0, -1, -1))
         task = self._running.get(number)
         if task is None:

@@ -5,8 +5,7 @@ extension, label, byte count, field mask, where its names and key are) to ``<nam
 names (a sample's files joined by NUL, primary first) and keys to ``<name>.strings``.  A task for positions [first, stop) reads exactly its rows and
 strings, on whatever machine it runs (the files are in OUTPUT/.corgi-partial, on the shared
 file system), so a task is a few numbers however many samples its shard holds, and the driver
-holds nothing per sample while shards are written.  The manifest's per-sample columns and keys
-are read back from the same files, a window at a time.
+holds nothing per sample while shards are written.
 """
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from corgi_io.packing.spool import decode, encode
 ROW = np.dtype([("kind", "u1"), ("ext", "<u2"), ("label", "<i4"), ("nbytes", "<i8"), ("fields", "<u8"),
                 ("strings", "<i8"), ("name_bytes", "<u4"), ("key_bytes", "<u4")])
 WRITE_CHUNK = 1 << 13   # rows gathered and written at a time (bounds the Python objects alive)
-WINDOW = 1 << 13         # rows read at a time when building manifest columns (bounds temporaries)
 
 
 @dataclass(frozen=True)
@@ -75,37 +73,6 @@ def read_rows(table: Table, first: int, stop: int) -> Rows:
     names = [decode(data[a:a + n]) for a, n in zip(starts, name_bytes)]
     keys = [data[a + n:a + n + k].decode("utf-8") for a, n, k in zip(starts, name_bytes, key_bytes)]
     return Rows(first, rows["kind"], rows["ext"], rows["label"], rows["nbytes"], names, keys)
-
-
-def gather_column(table: Table, field: str, positions: np.ndarray, num_rows: int) -> np.ndarray:
-    """Column `field` of the rows at `positions` (ascending), reading the table a window at a time."""
-    found = np.empty(len(positions), dtype=ROW[field])
-    for first, lo, hi in _windows(positions, num_rows):
-        found[lo:hi] = _rows(table, first, min(first + WINDOW, num_rows))[field][positions[lo:hi] - first]
-    return found
-
-
-def gather_keys(table: Table, positions: np.ndarray, num_rows: int) -> tuple:
-    """The keys of the rows at `positions` (ascending) as the manifest stores them: (uint8 blob, int64 offsets)."""
-    offsets = np.zeros(len(positions) + 1, dtype=np.int64)
-    np.cumsum(gather_column(table, "key_bytes", positions, num_rows), out=offsets[1:])
-    blob = np.empty(int(offsets[-1]), dtype=np.uint8)
-    for first, lo, hi in _windows(positions, num_rows):
-        rows = _rows(table, first, min(first + WINDOW, num_rows))
-        data, base = _strings(table, rows)
-        chosen = rows[positions[lo:hi] - first]
-        starts = (chosen["strings"] - base + chosen["name_bytes"]).tolist()
-        keys = b"".join([data[a:a + n] for a, n in zip(starts, chosen["key_bytes"].tolist())])
-        blob[offsets[lo]:offsets[hi]] = np.frombuffer(keys, dtype=np.uint8)
-    return blob, offsets
-
-
-def _windows(positions: np.ndarray, num_rows: int):
-    """(first row, lo, hi) per window of WINDOW rows that holds positions[lo:hi]."""
-    for first in range(0, num_rows, WINDOW):
-        lo, hi = np.searchsorted(positions, [first, first + WINDOW])
-        if hi > lo:
-            yield first, int(lo), int(hi)
 
 
 def _rows(table: Table, first: int, stop: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from corgi_io.packing.corpus import discover
 from corgi_io.packing.executors import LocalExecutor, report
 from corgi_io.packing.pack_plan import PackOptions, make_plan
 from corgi_io.packing.spool import SpooledColumn, SpooledStrings
-from corgi_io.packing.table import Table, gather_column, gather_keys, read_rows, write_table
+from corgi_io.packing.table import Table, read_rows, write_table
 from helpers.corpus_factory import write_listing, write_text
 
 
@@ -94,7 +94,7 @@ def test_spooled_column_reads_back_in_one_array(tmp_path):
 
 # --- the pack-order table --------------------------------------------------------------------------
 
-def test_table_rows_and_manifest_gathers(tmp_path):
+def test_table_rows_in_pack_order(tmp_path):
     names = {f"c{i % 3}/f{i:03d}.txt": i for i in range(40)}
     for rel, i in names.items():
         write_text(tmp_path / "src" / rel, 1 + i % 5, seed=i)
@@ -106,11 +106,6 @@ def test_table_rows_and_manifest_gathers(tmp_path):
     rows = read_rows(table, 5, 17)
     assert rows.names == [files[i][1] for i in order[5:17]] and rows.keys == [files[i][2] for i in order[5:17]]
     assert rows.nbytes.tolist() == corpus.nbytes[order[5:17]].tolist()
-    kept = np.array([0, 3, 4, 20, 39])  # written positions, some skipped between them
-    assert gather_column(table, "label", kept, len(order)).tolist() == corpus.label[order[kept]].tolist()
-    blob, offsets = gather_keys(table, kept, len(order))
-    got = [blob[a:b].tobytes().decode() for a, b in zip(offsets[:-1], offsets[1:])]
-    assert got == [files[i][2] for i in order[kept]]
 
 
 # --- unique keys through hashes --------------------------------------------------------------------
