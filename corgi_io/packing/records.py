@@ -1,13 +1,16 @@
 """A packed unit's record: what its shards hold, saved before they are renamed into place.
 
 A write task (unit_task.py) collects its samples' columns in `UnitColumns`, compactly (array
-columns, the keys in one byte string: no object per sample), and saves them as
+columns, the keys in one byte string: no object per sample; at most SPILL_ROWS samples in memory,
+the rest appended to a spill file beside the record, so a task's memory does not grow with its
+unit), and saves them as
 ``.corgi-partial/unit-<n>.rec``, an uncompressed .npz read back with ``allow_pickle=False``, with
 a small JSON summary (`UnitDone`: shard names and sizes, counts, skips, and the unit's own field
 names and extensions, which its masks and extension ids index).  A shard under its final name
 therefore always has its record, and a pack killed at any moment resumes from the units whose
-record and shards exist (`load_done`).  The driver keeps the summaries and reads the columns back
-one at a time to write the manifest (manifest_columns.py).
+record and shards exist (`load_done`); a killed task's spill file is a temporary file, removed when
+the pack resumes or finishes.  The driver keeps the summaries and reads the columns back one at a
+time to write the manifest (manifest_columns.py).
 """
 from __future__ import annotations
 
