@@ -20,9 +20,9 @@ The corpora are 1 KB text files in 1,000 class folders, ImageNet-like names
 pack --from wds`` (default sizes 10^5 and 10^6, ``--workers 1``); the corpora are tiny samples (a
 1-byte .txt and a .cls of 1,000 classes) written by `webdataset.TarWriter` into tars of --per-tar
 samples (about 20 s per 10^5). With --workers 1 the unit tasks run in the driver, so its peak
-includes one unit's record columns (about 90 B per sample of that unit, twice that while the record
-is saved, freed when the unit is done: a constant for a fixed --per-tar); what grows with the corpus
-is the manifest, built from the unit records a column at a time (unit_manifest.py). Same target.
+includes one unit's record columns (at most 16,384 samples' worth in memory, the rest spilled beside the
+record, freed when the unit is done: a constant); what grows with the corpus is the manifest, built
+from the unit records a column at a time (packing/manifest_columns.py). Same target.
 
 ``--tree`` (issue 30): the whole process tree of ``corgi pack SOURCE OUT --workers 2`` as a held-out check
 measures it, ``/usr/bin/time -f %M`` (default sizes 5x10^4 and 2.5x10^5).  %M is the child's ru_maxrss from

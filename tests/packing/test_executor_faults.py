@@ -194,7 +194,7 @@ def test_a_worker_that_dies_inside_the_reader_names_the_sample_being_read(tmp_pa
     named, not #1, the last one it finished.  The death is injected into the real reader's stream in the workers
     (forked after the patch); the driver never dies."""
     from corgi_io.packing import PackOptions, pack
-    from corgi_io.packing.sources import stream
+    from corgi_io.packing.sources import stream_unit as stream
     from helpers.source_shards import write_tars
 
     write_tars(tmp_path / "src", tars=1, per_tar=6)
