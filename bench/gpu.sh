@@ -3,7 +3,9 @@
 #   1. bench/to_device.py: step time and GPU idle time, the copy in the step against to_device's side stream;
 #   2. bench/image_decode.py --device cuda: ImageDecoder(device="cuda") end to end (the workers send the JPEG bytes,
 #      to_device decodes them with nvJPEG on its side stream) against the fused CPU path (ImageDecoder() in the
-#      workers) and the peers, images/s, interleaved rounds; then the bare decodes (libjpeg-turbo, nvJPEG);
+#      workers) and the peers, images/s, interleaved rounds; then the bare decodes (libjpeg-turbo, nvJPEG).  Only
+#      the DataLoader mode and the imagenet and hires sets: every set and mode (66 fresh processes) ran past 300 s
+#      on an H200 on 2026-11-27;
 #   3. bench/to_device.py --images: the same model on the pack's images, decoded on the CPU in the workers, with
 #      nvJPEG in the step (on the compute stream), or with nvJPEG in to_device (on its side stream).
 # One line per result.  The machine reaches no package index: first, where pip reaches one, `bash bench/gpu_wheels.sh`
@@ -37,7 +39,7 @@ bench() {
 # the three limits add up to 7 minutes; the quick bench first, then the one that builds the pack the last one reads
 bench to_device 45 python3 bench/to_device.py --batch 256 --steps 50 --rounds 3 --workers 4
 bench image_decode 300 python3 bench/image_decode.py --device cuda --n 500 --n-hires 50 --rounds 3 --epochs 1 \
-    --workdir "$out/image_decode"
+    --sets imagenet,hires --modes workers --workdir "$out/image_decode"
 bench "to_device --images" 75 python3 bench/to_device.py --images "$out/image_decode/imagenet/corgi" --batch 64 \
     --steps 48 --rounds 3 --workers 8
 ((${#failed[@]} == 0)) || fail "failed: ${failed[*]}"

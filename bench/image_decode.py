@@ -27,7 +27,11 @@ of the same bytes against ImageDecoder's decode-crop-resize, for each JPEG decod
 --device, nvJPEG's bare batched decode (torchvision, full size) against the device path's batch decode.
 
     python bench/image_decode.py [--n 1200] [--n-hires 200] [--rounds 3] [--epochs 2] [--workers 2] [--device cuda]
+                                 [--sets imagenet,hires,resized] [--modes workers,process]
                                  [--workdir bench/out/image_decode]
+
+--sets and --modes keep a run inside a time limit (bench/gpu.sh): each measurement is a fresh process, and each
+finished one is said on stderr, so a run stopped at its limit shows how far it got.
 """
 from __future__ import annotations
 
@@ -50,6 +54,18 @@ PEERS = ("webdataset + PIL", "litdata + PIL", 'corgi decode="pil"', "ffcv")
 FUSED = "corgi ImageDecoder"
 DEVICE = "corgi ImageDecoder on a device"  # its lines name the device: "corgi ImageDecoder on cuda"
 GOALS = {"imagenet": 1.5, "hires": 2.5, "resized": 3.0}  # ImageDecoder / best peer, issue 21 section 2
+SETS, MODES = ("imagenet", "hires", "resized"), ("workers", "process")
+
+
+def comma_list(choices: tuple):
+    """An argparse type: a comma-separated subset of `choices`, as a tuple in their order."""
+    def parse(text: str) -> tuple:
+        names = set(text.split(","))
+        if not names <= set(choices):
+            raise argparse.ArgumentTypeError(f"{sorted(names - set(choices))} not of {','.join(choices)}")
+        return tuple(name for name in choices if name in names)
+
+    return parse
 
 
 # --- the contenders, built in the child process -----------------------------------------------------------
@@ -228,13 +244,15 @@ def measure(name: str, root: Path, workers: int, epochs: int, device: str | None
 
 def run_rounds(sets: dict, args) -> dict:
     """{(set, contender, workers): [images/s per round]}, the contenders interleaved within each round."""
-    runs = {}
-    for _ in range(args.rounds):
+    runs, modes = {}, [workers for mode, workers in (("workers", args.workers), ("process", 0)) if mode in args.modes]
+    for round_index in range(args.rounds):
         for set_name, (root, contenders) in sets.items():
-            for workers in (args.workers, 0):
+            for workers in modes:
                 for name in contenders:
                     rate = measure(name, root, workers, args.epochs, args.device)
                     runs.setdefault((set_name, name, workers), []).append(rate)
+                    print(f"# round {round_index + 1}: {set_name} {mode_name(workers)} {name}: {rate:.0f} img/s",
+                          file=sys.stderr, flush=True)
     return runs
 
 
@@ -358,24 +376,30 @@ def main() -> None:
     parser.add_argument("--root", type=Path)
     parser.add_argument("--workers", type=int, default=WORKERS, help="the DataLoader contenders' workers")
     parser.add_argument("--device", help="add the device path, decoding on this torch device (cuda; cpu: a check)")
+    parser.add_argument("--sets", type=comma_list(SETS), default=SETS, help="of imagenet,hires,resized")
+    parser.add_argument("--modes", type=comma_list(MODES), default=MODES,
+                        help="of workers (a DataLoader with --workers), process (one process)")
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.root, args.workers, args.epochs, args.device)
     if args.device:
         check_device(args.device)
-    imagenet = build(args.workdir, "imagenet", args.n, 500)
-    hires = build(args.workdir, "hires", args.n_hires, 1600)
-    notes = [write_ffcv(root / "corpus", root / "ffcv.beton") for root in (imagenet, hires)]
+    roots = {"imagenet": build(args.workdir, "imagenet", args.n, 500)}
+    if "hires" in args.sets:
+        roots["hires"] = build(args.workdir, "hires", args.n_hires, 1600)
+    notes = [write_ffcv(root / "corpus", root / "ffcv.beton") for root in roots.values()]
     if notes[0]:
         print(f"# {notes[0]}")
     contenders = (*(peer for peer in PEERS if peer != "ffcv" or not notes[0]), FUSED)
     contenders += (DEVICE,) if args.device else ()
-    runs = run_rounds({"imagenet": (imagenet, contenders), "hires": (hires, contenders),
-                       "resized": (imagenet, (f"{FUSED} (resized pack)",))}, args)
+    sets = {"imagenet": (roots["imagenet"], contenders), "hires": (roots.get("hires"), contenders),
+            "resized": (roots["imagenet"], (f"{FUSED} (resized pack)",))}
+    runs = run_rounds({name: sets[name] for name in args.sets}, args)
     report(runs, args.device)
-    limit_lines({"imagenet": imagenet, "hires": hires})
+    measured = {name: root for name, root in roots.items() if name in args.sets}
+    limit_lines(measured)
     if args.device:
-        device_limit_lines({"imagenet": imagenet, "hires": hires}, args.device)
+        device_limit_lines(measured, args.device)
     print(f"# median of {args.rounds} interleaved rounds, each measurement a fresh process: one warm-up epoch, then "
           f"{args.epochs} timed; RandomResizedCrop({CROP}) + flip, uint8 batches of {BATCH}")
 
