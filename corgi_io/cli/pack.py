@@ -10,6 +10,7 @@ import click
 from click.core import ParameterSource
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.storage_options import with_storage_options
 from corgi_io.formats import FORMATS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
 from corgi_io.packing import PackOptions, layout, pack
@@ -65,7 +66,7 @@ def check_dask_address(ctx, param, value):
 
 @click.command("pack")
 @click.argument("source")  # a path or an fsspec URL (click.Path would fold the // of s3://)
-@click.argument("output", type=click.Path(path_type=Path))
+@click.argument("output")  # a folder, or s3://bucket/prefix (click.Path would fold the //)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="wds", show_default=True)
 @click.option("--from", "from_", type=click.Choice(FORMS),
               help="What SOURCE is (default: detected from what it holds): a folder tree or a .csv/.jsonl listing of "
@@ -156,11 +157,16 @@ def check_dask_address(ctx, param, value):
                    "above --max-pixels or --max-sample-bytes, or a listing row whose key breaks the key rule) "
                    "instead of skipping it.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack made with different options.")
+@click.option("--staging", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="With an s3:// OUTPUT: the local folder where shards are written before they are uploaded "
+                   "(default: a temporary folder). It holds about one unit's shards per worker at a time; with "
+                   "--dask every worker must see it.")
+@with_storage_options
 @click.pass_context
 def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file,
                  block_samples, block_bytes, shard_bytes, order, seed, workers, dask_address, size_fn, max_pixels,
                  max_sample_bytes, image_max_side, image_format, image_quality, tokenizer, drop_text, map_function,
-                 map_timeout, dedup, min_size, max_size, strict, overwrite):
+                 map_timeout, dedup, min_size, max_size, strict, overwrite, staging, storage_options):
     """Pack SOURCE into shards and a manifest in OUTPUT: a folder tree or a .csv/.jsonl listing of raw files,
     or existing WebDataset tars, TFRecord files, Parquet or JSONL tables (see --from).
 
@@ -190,7 +196,8 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
                               map_function=map_function, dedup=dedup)
     with one_line_errors(), _dask_client(dask_address) as client:
         manifest = pack(source, output, options, workers=1 if client is not None else workers, client=client,
-                        strict=strict, overwrite=overwrite, map_timeout=map_timeout)
+                        strict=strict, overwrite=overwrite, map_timeout=map_timeout, storage_options=storage_options,
+                        staging=staging)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
                f"and {counted(len(manifest.shards), 'shard')} in {output} ({manifest.skips['count']} skipped)")
 

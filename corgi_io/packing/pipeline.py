@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from corgi_io.arguments import check_number
-from corgi_io.errors import PackError, plain_message
+from corgi_io.errors import CorgiError, PackError, plain_message
 from corgi_io.formats import get_format
 from corgi_io.manifest import SAMPLE_COLUMNS, open_manifest, save_manifest
 from corgi_io.manifest.checksum import DEFAULT_CHECKSUM
@@ -39,11 +39,13 @@ from corgi_io.packing.pack_plan import PackOptions
 from corgi_io.packing.planning import Planned, plan_folder, plan_streams
 from corgi_io.packing.progress_bar import PackProgress
 from corgi_io.packing.records import load_done, record_path
+from corgi_io.packing.remote_output import is_object_store, remote_output
 from corgi_io.packing.skip_reasons import empty_corpus, warn
 from corgi_io.packing.sources.forms import SOURCE_MODULES, source_form
 from corgi_io.packing.unit_task import WriteTask, write_unit
 from corgi_io.packing.user_code import load_function
 from corgi_io.storage.locks import FolderLock
+from corgi_io.storage.upload import read_options
 
 __all__ = ["PackOptions", "pack"]
 
@@ -52,7 +54,7 @@ DEFAULT_MAP_TIMEOUT = 600.0  # seconds a --map call may take on one sample (see 
 
 def pack(source, output, options: PackOptions = PackOptions(), *, workers: int = 1, strict: bool = False,
          overwrite: bool = False, progress: bool | None = None, client=None,
-         map_timeout: float | None = DEFAULT_MAP_TIMEOUT):
+         map_timeout: float | None = DEFAULT_MAP_TIMEOUT, storage_options: dict | None = None, staging=None):
     """Pack SOURCE into block-structured shards plus a manifest in OUTPUT; returns the opened Manifest.
 
     SOURCE is a folder tree or a listing of raw files, or existing WebDataset tars, TFRecord files,
@@ -67,6 +69,10 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     `progress=None` shows the progress line only on a terminal.  Rerunning after an interruption
     resumes: finished shards are kept, the rest rewritten.  A pack that ends without its manifest
     always raises (a CorgiError), whatever stopped it, SystemExit included.
+
+    OUTPUT may be an object store's URL (s3://bucket/prefix, with fsspec's `storage_options`): the pack is
+    staged in the folder `staging` (default: a temporary one) and uploaded as it is finished, its manifest
+    last, under a lock object (remote_output.py); a rerun resumes from what the store holds.
     """
     fmt = get_format(options.format)
     if options.order not in layout.ORDERS:
@@ -75,52 +81,78 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
         load_function(options.size_fn, "--size-fn")  # fail before any work, not in every task
     if map_timeout is not None:
         check_number("map_timeout", map_timeout)
-    output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
     source = os.fspath(source)
     form = source_form(source, options.source_form)
+    if not is_object_store(output):
+        output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
+        _run(source, form, output, None, options, fmt, workers, client, progress, map_timeout, strict, overwrite)
+        return open_manifest(output)
+    with remote_output(os.fspath(output), storage_options, staging) as remote:
+        _run(source, form, remote.staging, remote, options, fmt, workers, client, progress, map_timeout, strict,
+             overwrite)
+    return open_manifest(remote.url, read_options(storage_options))
+
+
+def _run(source: str, form: str, output: Path, remote, options: PackOptions, fmt, workers, client, progress,
+         map_timeout, strict: bool, overwrite: bool) -> None:
+    """The pack into the folder `output` (a remote OUTPUT's staging folder when `remote`), locked, with its display
+    and executor; every error a CorgiError."""
     try:
-        with _locked_output(source, form, output), PackProgress(progress) as display, \
+        with _locked_output(source, form, output, remote), PackProgress(progress) as display, \
                 open_executor(workers, client, isolate=bool(options.map_function),
                               timeout=map_timeout or None) as executor:  # the lock outlives the workers
-            _pack(source, form, output, options, fmt, executor, display, strict=strict, overwrite=overwrite)
+            _pack(source, form, output, remote, options, fmt, executor, display, strict=strict, overwrite=overwrite)
     except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
         if exc.filename is None:
             raise
         raise PackError(f"{exc.filename}: {exc.strerror or exc} ({RESUME_HINT})") from exc
     except SystemExit as exc:  # user code (a --size-fn) that called sys.exit: not a finished pack
-        raise PackError(f"{output}: the pack stopped: {plain_message(exc)} ({RESUME_HINT})") from None
-    return open_manifest(output)
+        where = output if remote is None else remote.url
+        raise PackError(f"{where}: the pack stopped: {plain_message(exc)} ({RESUME_HINT})") from None
 
 
-def _pack(source: str, form: str, output: Path, options: PackOptions, fmt, executor, display, *, strict: bool,
-          overwrite: bool) -> None:
-    """The pack in a checked, created and locked OUTPUT.  An OSError before the shards are written is reported
-    as it is; from then on `pack` adds that finished shards are kept, and a rerun resumes."""
+def _pack(source: str, form: str, output: Path, remote, options: PackOptions, fmt, executor, display, *,
+          strict: bool, overwrite: bool) -> None:
+    """The pack in a checked, created and locked OUTPUT (the staging folder of `remote`, a RemoteOutput, when
+    given).  An OSError before the shards are written is reported as it is; from then on `pack` adds that
+    finished shards are kept, and a rerun resumes."""
     def claim(recorded: dict):
-        return None if claim_output(output, recorded, overwrite) else open_partial(output, recorded)
+        if claim_output(output, recorded, overwrite):
+            return None
+        partial = open_partial(output, recorded)
+        if remote is not None:
+            remote.upload_plan(partial)
+        return partial
 
+    if remote is not None:
+        remote.open(overwrite)
     with _before_shards(output):
         open_output(output, overwrite)
         planned = (plan_streams(source, form, options, display, claim) if form in SOURCE_MODULES else
                    plan_folder(Path(source), output, options, fmt, display, claim, strict=strict))
     if planned is None:
         return  # OUTPUT already holds this pack, finished
-    done = _write_units(executor, planned, output, strict, display)
+    done = _write_units(executor, planned, output, remote, strict, display)
     _write_manifest(output, planned, done, display, check_keys=form in SOURCE_MODULES)
+    if remote is not None:
+        remote.publish()
     finish_output(output)
 
 
-def _write_units(executor, planned: Planned, output: Path, strict: bool, display) -> list:
-    """Run a WriteTask per unit an earlier run did not finish; the UnitDone of every unit, in order."""
+def _write_units(executor, planned: Planned, output: Path, remote, strict: bool, display) -> list:
+    """Run a WriteTask per unit an earlier run did not finish (with `remote`, uploading each unit as it is done);
+    the UnitDone of every unit, in order."""
     units, records = planned.units, [record_path(planned.partial, index) for index in range(len(planned.units))]
-    done = {index: found for index, path in enumerate(records) if (found := load_done(path, output)) is not None}
+    shard_size = None if remote is None else remote.shard_size
+    done = {index: found for index, path in enumerate(records)
+            if (found := load_done(path, output, shard_size)) is not None}
     duplicates, bounds = find_units_duplicates(executor, units, planned.partial, planned.options, display)
     todo = [index for index in range(len(units)) if index not in done]
     totals = [units[index].samples for index in todo]
     tasks = (WriteTask(index, units[index], str(output), str(records[index]), planned.options, strict, duplicates,
                        bounds[index]) for index in todo)
     display.phase("write", "sample", total=None if None in totals else sum(totals))
-    for result in executor.run(write_unit, tasks, display.advance):
+    for result in executor.run(write_unit if remote is None else remote.task_function(), tasks, display.advance):
         done[result.index] = result
         display.skipped(result.skipped)
     return [done[index] for index in range(len(units))]
@@ -145,16 +177,16 @@ def _write_manifest(output: Path, planned: Planned, done: list, display, *, chec
 
 
 @contextlib.contextmanager
-def _locked_output(source: str, form: str, output: Path):
-    """Check SOURCE (of `form`) and OUTPUT, create OUTPUT and hold its lock for the body; nothing is written before
-    the lock."""
+def _locked_output(source: str, form: str, output: Path, remote):
+    """Check SOURCE (of `form`) and OUTPUT, create OUTPUT and hold its lock (and the lock object of `remote`, a
+    RemoteOutput whose staging folder OUTPUT is) for the body; nothing is written before the locks."""
     with _before_shards(output):
         if form not in SOURCE_MODULES:
             check_source(Path(source))
         if "://" not in source:
             check_output(Path(source), output)
         output.mkdir(parents=True, exist_ok=True)
-    with FolderLock(output, warn):
+    with remote.locked(warn) if remote is not None else contextlib.nullcontext(), FolderLock(output, warn):
         yield
 
 
@@ -164,6 +196,8 @@ def _before_shards(output: Path):
     promises nothing: no shard was being written."""
     try:
         yield
+    except CorgiError:  # a remote OUTPUT's StorageError names its URL
+        raise
     except OSError as exc:
         raise PackError(f"{exc.filename or output}: {exc.strerror or exc}") from exc
 

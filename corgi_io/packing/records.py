@@ -181,13 +181,15 @@ def _write_npy(archive, name: str, dtype, count: int, parts) -> None:
             member.write(part)
 
 
-def load_done(path, output) -> UnitDone | None:
-    """The UnitDone of a unit an earlier run finished (its record, and every shard at its recorded size), or None."""
+def load_done(path, output, shard_size=None) -> UnitDone | None:
+    """The UnitDone of a unit an earlier run finished (its record, and every shard at its recorded size), or None.
+    `shard_size(name)`: a shard's size where it lives (default: its file's in the folder `output`)."""
     try:
         with np.load(path, allow_pickle=False) as record:
             summary = json.loads(record["summary"].tobytes())
         done = UnitDone(**{name: tuple(value) if isinstance(value, list) else value for name, value in summary.items()})
-        sizes = [os.path.getsize(Path(output) / name) for name in done.shards]
+        sizes = [os.path.getsize(Path(output) / name) if shard_size is None else shard_size(name)
+                 for name in done.shards]
         return done if sizes == list(done.shard_bytes) else None
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile):
         return None

@@ -124,8 +124,7 @@ def _new_lock_file(path: Path):
         return None
     try:
         _try_flock(fd)  # a new file: nobody else can hold it
-        details = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                              "started": time.strftime(_TIME_FORMAT, time.gmtime())}).encode()
+        details = json.dumps(holder_details()).encode()
         while details:
             details = details[os.write(fd, details):]
         os.fsync(fd)
@@ -135,6 +134,11 @@ def _new_lock_file(path: Path):
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise
+
+
+def holder_details() -> dict:
+    """This run's details, as a lock holds them: {"host", "pid", "started"}."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime(_TIME_FORMAT, time.gmtime())}
 
 
 def _clear_if_stale(path: Path, warn) -> None:
@@ -160,7 +164,7 @@ def _clear_if_stale(path: Path, warn) -> None:
             return
         if _names(path, fd):
             os.unlink(path)
-            warn(f"{path}: removed the lock of a run that is gone ({_describe(holder)})")
+            warn(f"{path}: removed the lock of a run that is gone ({describe_holder(holder)})")
     finally:
         os.close(fd)
 
@@ -175,8 +179,13 @@ def _open_existing(path: Path) -> int:
 
 def _details(fd: int):
     """{"host", "pid", "started"} as the holder wrote them, or None when they are missing or malformed."""
+    return parse_details(os.pread(fd, MAX_DETAILS, 0))
+
+
+def parse_details(data: bytes):
+    """The holder's details {"host", "pid", "started", ...} in a lock's bytes, or None when they are malformed."""
     try:
-        holder = json.loads(os.pread(fd, MAX_DETAILS, 0))
+        holder = json.loads(data)
         host, pid, started = holder["host"], holder["pid"], holder["started"]
         valid = (isinstance(host, str) and _HOST_NAME.fullmatch(host) and type(pid) is int and pid > 0
                  and isinstance(started, str) and time.strptime(started, _TIME_FORMAT))
@@ -192,7 +201,7 @@ def _holder_lives(fd: int, holder: dict) -> bool:
         return True
     if holder["pid"] == os.getpid():
         return True  # this process holds it (no flock test: NFS emulates flock with per-process locks)
-    held, runs = _try_flock(fd), _runs(holder["pid"])
+    held, runs = _try_flock(fd), process_runs(holder["pid"])
     deadline = time.monotonic() + WORKERS_EXIT_SECONDS
     while held and not runs and time.monotonic() < deadline:  # its worker processes, dying with it, hold the flock
         time.sleep(0.02)
@@ -200,7 +209,7 @@ def _holder_lives(fd: int, holder: dict) -> bool:
     return runs if held is None else held
 
 
-def _runs(pid: int) -> bool:
+def process_runs(pid: int) -> bool:
     """Whether a process `pid` runs on this host (maybe another than the holder, that reused its pid)."""
     try:
         os.kill(pid, 0)
@@ -233,13 +242,14 @@ def _names(path: Path, fd: int) -> bool:
     return (found.st_dev, found.st_ino) == (have.st_dev, have.st_ino)
 
 
-def _describe(holder: dict) -> str:
+def describe_holder(holder: dict) -> str:
+    """The holder in words, for messages."""
     return f"host {holder['host']}, pid {holder['pid']}, started {holder['started']}"
 
 
 def _held_message(path: Path, holder: dict) -> str:
     """One line: who holds the lock, and for a holder on another host how to clear a lock whose run is gone."""
-    message = f"{path.parent}: another corgi pack is writing it ({_describe(holder)})"
+    message = f"{path.parent}: another corgi pack is writing it ({describe_holder(holder)})"
     if holder["host"] != socket.gethostname():
         return f"{message}; if that run is gone, delete {path}"
     return f"{message}; wait for it to finish, or pack into another OUTPUT"
