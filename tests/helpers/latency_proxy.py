@@ -9,7 +9,8 @@ link of that bandwidth.  `requests` counts the client turns: the requests made t
     python latency_proxy.py UPSTREAM_PORT DELAY_MS [RATE_BYTES_PER_S]
 
 serves in a process of its own (so that the proxy's CPU time is not the measured process's), prints
-its port, then answers one word a line on stdin: "requests" -> the requests since the last ask.
+its port, then answers one word a line on stdin: "requests" -> the requests since the last ask; it exits when
+its stdin closes.
 `LatencyProxy` starts and stops that process.  Stdlib only; imports nothing from the tests.
 """
 from __future__ import annotations
@@ -93,6 +94,11 @@ async def _main(upstream_port: int, delay: float, rate: float | None) -> None:
             sys.exit(f"latency_proxy: unknown command {line.strip()!r} (requests)")
         print(proxy.requests, flush=True)
         proxy.requests = 0
+    server.close()
+    connections = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in connections:
+        task.cancel()  # open connections end here, quietly, not "destroyed but pending" at exit
+    await asyncio.gather(*connections, return_exceptions=True)
 
 
 class LatencyProxy:
@@ -120,10 +126,13 @@ class LatencyProxy:
         return int(self._proc.stdout.readline())
 
     def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            self._proc.wait(timeout=5)
+        """Close its stdin, so that it ends its event loop and exits; terminate it if it has not in 5 s."""
         self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.terminate()
+            self._proc.wait()
         self._proc.stdout.close()
 
     def __enter__(self) -> "LatencyProxy":
