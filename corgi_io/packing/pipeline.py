@@ -14,6 +14,9 @@
 4. The manifest is built from the records, a column at a time (manifest_columns.py), and written
    last; then the partial folder goes.
 
+An OUTPUT in an object store (s3://) is packed the same way in a local staging folder, each unit
+uploaded by its task as it is finished and the manifest last, under a lock object (remote_output.py).
+
 The driver holds a few numbers per unit, never a Python object per sample, and the shards do not
 depend on the executor or `workers`.
 """
@@ -39,13 +42,13 @@ from corgi_io.packing.pack_plan import PackOptions
 from corgi_io.packing.planning import Planned, plan_folder, plan_streams
 from corgi_io.packing.progress_bar import PackProgress
 from corgi_io.packing.records import load_done, record_path
-from corgi_io.packing.remote_output import is_object_store, remote_output
+from corgi_io.packing.remote_output import remote_output
 from corgi_io.packing.skip_reasons import empty_corpus, warn
 from corgi_io.packing.sources.forms import SOURCE_MODULES, source_form
 from corgi_io.packing.unit_task import WriteTask, write_unit
 from corgi_io.packing.user_code import load_function
 from corgi_io.storage.locks import FolderLock
-from corgi_io.storage.upload import read_options
+from corgi_io.storage.upload import is_object_store, read_options
 
 __all__ = ["PackOptions", "pack"]
 
@@ -83,32 +86,23 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
         check_number("map_timeout", map_timeout)
     source = os.fspath(source)
     form = source_form(source, options.source_form)
-    if not is_object_store(output):
-        output = Path(output).absolute()  # tasks may run elsewhere, in another working directory
-        _run(source, form, output, None, options, fmt, workers, client, progress, map_timeout, strict, overwrite)
-        return open_manifest(output)
-    with remote_output(os.fspath(output), storage_options, staging) as remote:
-        _run(source, form, remote.staging, remote, options, fmt, workers, client, progress, map_timeout, strict,
-             overwrite)
-    return open_manifest(remote.url, read_options(storage_options))
-
-
-def _run(source: str, form: str, output: Path, remote, options: PackOptions, fmt, workers, client, progress,
-         map_timeout, strict: bool, overwrite: bool) -> None:
-    """The pack into the folder `output` (a remote OUTPUT's staging folder when `remote`), locked, with its display
-    and executor; every error a CorgiError."""
-    try:
-        with _locked_output(source, form, output, remote), PackProgress(progress) as display, \
-                open_executor(workers, client, isolate=bool(options.map_function),
-                              timeout=map_timeout or None) as executor:  # the lock outlives the workers
-            _pack(source, form, output, remote, options, fmt, executor, display, strict=strict, overwrite=overwrite)
-    except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
-        if exc.filename is None:
-            raise
-        raise PackError(f"{exc.filename}: {exc.strerror or exc} ({RESUME_HINT})") from exc
-    except SystemExit as exc:  # user code (a --size-fn) that called sys.exit: not a finished pack
-        where = output if remote is None else remote.url
-        raise PackError(f"{where}: the pack stopped: {plain_message(exc)} ({RESUME_HINT})") from None
+    remote = is_object_store(output)
+    with remote_output(os.fspath(output), storage_options, staging) if remote else contextlib.nullcontext() as remote:
+        folder = remote.staging if remote else Path(output).absolute()  # tasks may run in another working directory
+        try:
+            with _locked_output(source, form, folder, remote), PackProgress(progress) as display, \
+                    open_executor(workers, client, isolate=bool(options.map_function),
+                                  timeout=map_timeout or None) as executor:  # the lock outlives the workers
+                _pack(source, form, folder, remote, options, fmt, executor, display, strict=strict,
+                      overwrite=overwrite)
+        except OSError as exc:  # a full disk, say: one line that names the file, and the finished shards stay
+            if exc.filename is None:
+                raise
+            raise PackError(f"{exc.filename}: {exc.strerror or exc} ({RESUME_HINT})") from exc
+        except SystemExit as exc:  # user code (a --size-fn) that called sys.exit: not a finished pack
+            raise PackError(f"{remote.url if remote else folder}: the pack stopped: {plain_message(exc)} "
+                            f"({RESUME_HINT})") from None
+    return open_manifest(remote.url, read_options(storage_options)) if remote else open_manifest(folder)
 
 
 def _pack(source: str, form: str, output: Path, remote, options: PackOptions, fmt, executor, display, *,

@@ -24,6 +24,7 @@ at its recorded size (`shard_size`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,9 +36,9 @@ from corgi_io.packing.records import UnitDone
 from corgi_io.packing.unit_task import WriteTask, write_unit
 from corgi_io.storage.locks import LOCK_NAME
 from corgi_io.storage.object_lock import ObjectLock
-from corgi_io.storage.upload import ObjectWriter, is_object_store
+from corgi_io.storage.upload import ObjectWriter
 
-__all__ = ["RemoteOutput", "is_object_store", "remote_output", "write_and_upload"]
+__all__ = ["RemoteOutput", "remote_output", "write_and_upload"]
 
 
 @contextlib.contextmanager
@@ -107,8 +108,6 @@ class RemoteOutput:
 
     def task_function(self):
         """What the executor runs for each unit: `write_and_upload` with this store's writer."""
-        import functools
-
         return functools.partial(write_and_upload, self.writer)
 
     def publish(self) -> None:

@@ -17,6 +17,7 @@ cannot be checked from here: the run refuses, naming the lock's URL and how to d
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 
@@ -100,8 +101,6 @@ class ObjectLock:
 
 def _stale(holder: dict) -> bool:
     """Whether the lock's run is known to be gone: on this host, with its pid no longer running."""
-    import socket
-
     return holder["host"] == socket.gethostname() and not process_runs(holder["pid"])
 
 
