@@ -45,11 +45,20 @@ class Proxy:
     def __init__(self, upstream: tuple, delay: float, rate: float | None = None):
         self.upstream, self.delay, self.link = upstream, delay, Link(rate)
         self.requests = 0
+        self.connections = set()  # their tasks: held here, so none is collected while it waits
 
     async def serve(self, port: int = 0) -> asyncio.base_events.Server:
         return await asyncio.start_server(self._connection, "127.0.0.1", port)
 
     async def _connection(self, client_r, client_w) -> None:
+        task = asyncio.current_task()
+        self.connections.add(task)
+        try:
+            await self._relay(client_r, client_w)
+        finally:
+            self.connections.discard(task)
+
+    async def _relay(self, client_r, client_w) -> None:
         try:
             server_r, server_w = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -95,9 +104,9 @@ async def _main(upstream_port: int, delay: float, rate: float | None) -> None:
         print(proxy.requests, flush=True)
         proxy.requests = 0
     server.close()
-    connections = asyncio.all_tasks() - {asyncio.current_task()}
+    connections = list(proxy.connections)
     for task in connections:
-        task.cancel()  # open connections end here, quietly, not "destroyed but pending" at exit
+        task.cancel()  # open connections end here, quietly
     await asyncio.gather(*connections, return_exceptions=True)
 
 

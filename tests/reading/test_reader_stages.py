@@ -193,25 +193,6 @@ def test_order_refuses_a_plan_that_lists_a_sample_never_read():
 
 # --- reads in flight ------------------------------------------------------------------------------
 
-def test_reads_in_flight_grow_while_each_read_keeps_its_speed():
-    gate = InFlight(1, 4, window=4)
-    while not gate.settled:
-        for _ in range(gate.window):
-            gate.observe(1 << 20, 0.01)   # latency-bound: another read in flight does not slow this one
-    assert gate.limit == 4
-
-
-@pytest.mark.parametrize("extra_cost,settles_at", [(1.0, 1), (0.6, 1), (0.3, 2), (0.1, 8)])
-def test_reads_in_flight_settle_where_another_read_stops_paying(extra_cost, settles_at):
-    """Reads sharing one resource: with k in flight each takes 1 + extra_cost * (k - 1) times as long."""
-    gate = InFlight(1, 8, window=4)
-    while not gate.settled:
-        seconds = 0.01 * (1 + extra_cost * (gate.limit - 1))
-        for _ in range(gate.window):
-            gate.observe(1 << 20, seconds)
-    assert gate.limit == settles_at
-
-
 def test_the_gate_never_runs_more_reads_than_its_limit():
     gate, lock, running, most = InFlight(3, 3), threading.Lock(), [0], [0]
 
