@@ -107,8 +107,8 @@ def check_dask_address(ctx, param, value):
               help="Processes that write shards, one whole shard each at a time (1: this process).")
 @click.option("--dask", "dask_address", metavar="ADDRESS", callback=check_dask_address,
               help="Write the shards on a Dask cluster instead of local processes: a scheduler address "
-                   "(tcp://host:8786) or local[:N] (a LocalCluster of N worker processes). OUTPUT must be on a "
-                   "file system every worker shares. Not with --workers. Needs corgi-io[dask].")
+                   "(tcp://host:8786) or local[:N] (a LocalCluster of N worker processes). OUTPUT (--staging for "
+                   "an s3:// OUTPUT) must be on a file system every worker shares. Not with --workers. Needs corgi-io[dask].")
 @click.option("--size-fn", help="MODULE:FUNCTION called as function(path) -> int, replacing the built-in size.")
 @click.option("--max-pixels", type=click.IntRange(min=0), default=DEFAULT_MAX_PIXELS, show_default=True,
               help="Skip an image whose header gives more pixels than this (a decompression bomb); the loader's "

@@ -12,6 +12,7 @@ for, reads as None).  fsspec and s3fs are imported only when an ObjectWriter is 
 """
 from __future__ import annotations
 
+import json
 import os
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from corgi_io.storage.s3 import S3_SCHEMES, endpoint_hint
 PART_BYTES = 64 << 20    # a multipart upload's part: 8 parts for a default 512 MiB shard, several sent at once
 MIN_PART_BYTES = 5 << 20  # S3's smallest part (but the last)
 WRITE_OPTIONS = ("part_bytes",)  # corgi-io's own options of a remote OUTPUT; the others are fsspec's (s3fs's)
+_FILESYSTEMS = {}  # (pid, url, options) -> (filesystem, root path): one client per process, not one per task
 
 
 def is_object_store(path) -> bool:
@@ -57,12 +59,15 @@ class ObjectWriter:
 
     @property
     def fs(self):
-        """This process's filesystem (made again after a fork: an s3fs client is not shared across processes)."""
+        """This process's filesystem for these options: made once per process (an s3fs client is not shared across
+        a fork) and kept for the tasks that follow, each of which gets its own unpickled copy of this writer."""
         if self._fs is None or self._pid != os.getpid():
-            import fsspec.core
+            key = (os.getpid(), self.url, json.dumps(self.options, sort_keys=True, default=repr))
+            if key not in _FILESYSTEMS:
+                import fsspec.core
 
-            self._fs, self._root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self.options)
-            self._pid = os.getpid()
+                _FILESYSTEMS[key] = fsspec.core.url_to_fs(self.url, skip_instance_cache=True, **self.options)
+            (self._fs, self._root), self._pid = _FILESYSTEMS[key], os.getpid()
         return self._fs
 
     def _path(self, relpath: str) -> str:
