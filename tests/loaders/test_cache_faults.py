@@ -1,5 +1,7 @@
 """Faults of the cache of remote pieces (issue 28): a full cache disk never stops the reads (it stops caching and
-warns once), a warm cache reads an epoch while the server is down, and a re-packed pack yields no stale byte.
+warns once), a warm cache reads an epoch while the server is down, and a re-packed pack yields no stale byte; the
+background writer (issue 31) never holds a read up, drops pieces when its queue is full, and a write that fails
+stops the caching with one warning, each sample yielded once in every case.
 
 The full disks are real ones (a small tmpfs: `helpers.small_disk`, root only, skipped elsewhere); the server is the
 session's nginx (`http_server`), stopped for an outage with `http_server.down()`.
@@ -7,6 +9,7 @@ session's nginx (`http_server`), stopped for an outage with `http_server.down()`
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 import types
 import warnings
@@ -91,9 +94,12 @@ def block_pieces(manifest) -> list:
 
 
 def read_through(cache, manifest, storage, pieces) -> list:
-    """Each piece's bytes, read through `cache` with the storage's ranged read as its fetch."""
+    """Each piece's bytes, read through `cache` with the storage's ranged read as its fetch, once the cache's
+    writer has written what they left it."""
     reader = PieceReader(manifest, storage)
-    return [cache.read(piece, lambda piece=piece: storage.read_range(*reader.byte_range(piece))) for piece in pieces]
+    got = [cache.read(piece, lambda piece=piece: storage.read_range(*reader.byte_range(piece))) for piece in pieces]
+    cache.writer.flush()
+    return got
 
 
 def one_warning(caught, folder) -> None:
@@ -215,3 +221,63 @@ def test_a_repacked_pack_under_the_same_url_yields_no_stale_byte(http_root, smal
             path.unlink()
     with pytest.raises(CorruptDataError, match="shard is .* bytes, the manifest says|mismatch"):
         read_epoch(old, 1)
+
+
+# --- the background writer (issue 31): never on the read path, never a lost or repeated sample --------------------
+
+def epoch_through_cache(local_pack, cache) -> list:
+    """(index, key, data) of every sample of epoch 0's plan, read through `cache` from remote-looking storage."""
+    manifest, storage = open_manifest(local_pack), RemoteLooking(str(local_pack))
+    plan = list(CorgiPileDataset(local_pack, shuffle=Shuffle(buffer_blocks=2), seed=3).plan())
+    cache.plan([tuple(piece) for pieces, _ in plan for piece in pieces.tolist()])
+    reader = PieceReader(manifest, storage, prefetch_pieces=4, read_threads=2, cache=cache)
+    return [(s["index"], s["key"], bytes(s["data"])) for s in reader.samples(plan)]
+
+
+def new_cache(local_pack, folder) -> PieceCache:
+    manifest, storage = open_manifest(local_pack), RemoteLooking(str(local_pack))
+    return PieceCache(CacheFolder(folder), CacheBook("belady", 10**9), PieceVerifier(manifest, storage))
+
+
+def test_an_epoch_does_not_wait_for_the_cache_writes_and_a_full_queue_drops_pieces(small_pack, tmp_path, monkeypatch):
+    """Every write waits until the epoch has been read (or 1 s): the epoch ends first, the writer's queue fills and
+    the pieces past it are not cached, and each sample is yielded once; the next epoch reads the kept pieces back."""
+    epoch_read, written_during = threading.Event(), []
+    real_write = CacheFolder.write
+
+    def slow_write(folder, key, data):
+        epoch_read.wait(1.0)
+        written_during.append(not epoch_read.is_set())
+        real_write(folder, key, data)
+
+    monkeypatch.setattr(CacheFolder, "write", slow_write)
+    cache = new_cache(small_pack, tmp_path / "cache")
+    got = epoch_through_cache(small_pack, cache)
+    epoch_read.set()
+    cache.wait_warm()
+    assert sorted(got) == truth(small_pack)
+    assert not any(written_during)  # no write finished while the epoch was read: none held it up
+    pieces = len(block_pieces(open_manifest(small_pack)))
+    assert cache.writer.dropped > 0 and len(cache.folder.sizes()) == pieces - cache.writer.dropped
+    assert cache.fetches == pieces and temporary_files(tmp_path) == []
+    again = new_cache(small_pack, tmp_path / "cache")
+    assert sorted(epoch_through_cache(small_pack, again)) == truth(small_pack)
+    assert again.hits == pieces - cache.writer.dropped and again.fetches == cache.writer.dropped
+
+
+@pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"), RuntimeError("a bug")])
+def test_a_failing_cache_write_stops_caching_with_one_warning_and_loses_no_sample(small_pack, tmp_path,
+                                                                                monkeypatch, error):
+    def failing_write(folder, key, data):
+        raise error
+
+    monkeypatch.setattr(CacheFolder, "write", failing_write)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = new_cache(small_pack, tmp_path / "cache")
+        got = epoch_through_cache(small_pack, cache)
+        cache.wait_warm()
+    assert sorted(got) == truth(small_pack) and not cache.writing and cache.folder.sizes() == {}
+    texts = [str(w.message) for w in caught]
+    assert len(texts) == 1 and str(tmp_path / "cache") in texts[0] and "cache write failed" in texts[0], texts
+    assert str(error.args[-1]) in texts[0] and "\n" not in texts[0]
