@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -252,15 +253,40 @@ class Reading:
 class Cache:
     """Remote pieces kept on local disk under `folder`, at most `limit` bytes, shared safely by a node's
     processes and checked when written and read back; `policy` "belady" (evict the piece whose next use in the
-    known future is furthest) or "lru" (`corgi_io.loaders.piece_cache`).  Local packs are never cached."""
+    known future is furthest) or "lru" (`corgi_io.loaders.piece_cache`).  Local packs are never cached.
+
+    Without a `limit`, half the free space of the folder's file system now, at most `DEFAULT_CACHE_CAP` bytes,
+    said in one warning naming the folder and the limit (DataLoader workers inherit the number, unsaid)."""
 
     folder: object
-    limit: int
+    limit: int | None = None
     policy: str = "belady"
 
     def __post_init__(self):
         if not isinstance(self.folder, (str, os.PathLike)):
             raise ArgumentError(f"Cache folder must be a path, got {self.folder!r}")
         _set(self, "folder", os.fspath(self.folder))
-        _set(self, "limit", check_at_least("cache limit", self.limit, 1, optional=False))
+        _set(self, "limit", check_at_least("Cache limit (bytes)", self.limit, 1, optional=True))
+        if self.limit is None:
+            _set(self, "limit", default_cache_limit(self.folder))
+            warnings.warn(f"Cache({self.folder!r}) has no limit: it keeps at most {self.limit} bytes "
+                          f"({self.limit / 2**30:.1f} GiB: half the free space of its file system, at most "
+                          f"{DEFAULT_CACHE_CAP >> 40} TiB); give Cache(folder, limit) to choose", stacklevel=3)
         choose("cache policy", self.policy, EVICTIONS)
+
+
+DEFAULT_CACHE_CAP = 1 << 40  # bytes: a `Cache` without a limit takes half the free space, at most this
+
+
+def default_cache_limit(folder: str) -> int:
+    """Half the free space of the file system that holds `folder` (or its nearest existing parent), at most
+    `DEFAULT_CACHE_CAP`, and at least 1 byte."""
+    where = os.path.abspath(folder)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        disk = os.statvfs(where)
+    except OSError as exc:
+        raise ArgumentError(f"Cache folder {folder!r}: cannot find its free space for a default limit "
+                            f"({exc.strerror or exc}); give Cache(folder, limit)") from None
+    return max(1, min(disk.f_bavail * disk.f_frsize // 2, DEFAULT_CACHE_CAP))

@@ -160,7 +160,7 @@ def test_a_local_pack_is_never_cached(local_pack, tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"folder": "x", "limit": 0}, "cache limit"),
+    ({"folder": "x", "limit": 0}, "Cache limit"),
     ({"folder": 3, "limit": 100}, "Cache folder"),
     ({"folder": "x", "limit": 100, "policy": "fifo"}, "cache policy"),
 ])
@@ -169,10 +169,9 @@ def test_cache_arguments_are_checked(options, message):
         Cache(**options)
 
 
-@pytest.mark.parametrize("options", [{"limit": 100}, {"folder": "x"}])
-def test_a_cache_takes_both_a_folder_and_a_limit(options):
+def test_a_cache_takes_a_folder():  # and a limit, or a default one (tests/loaders/test_cache_limit.py)
     with pytest.raises(TypeError, match="missing 1 required positional argument"):
-        Cache(**options)
+        Cache(limit=100)
 
 
 def test_a_cache_is_a_cache_part(local_pack):
