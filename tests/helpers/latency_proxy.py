@@ -45,25 +45,26 @@ class Proxy:
     def __init__(self, upstream: tuple, delay: float, rate: float | None = None):
         self.upstream, self.delay, self.link = upstream, delay, Link(rate)
         self.requests = 0
-        self.connections = set()  # their tasks: held here, so none is collected while it waits
+        self.connections = {}  # task -> its writers: held here, so none is collected while it waits
 
     async def serve(self, port: int = 0) -> asyncio.base_events.Server:
         return await asyncio.start_server(self._connection, "127.0.0.1", port)
 
     async def _connection(self, client_r, client_w) -> None:
         task = asyncio.current_task()
-        self.connections.add(task)
+        self.connections[task] = [client_w]
         try:
-            await self._relay(client_r, client_w)
+            await self._relay(client_r, client_w, self.connections[task])
         finally:
-            self.connections.discard(task)
+            del self.connections[task]
 
-    async def _relay(self, client_r, client_w) -> None:
+    async def _relay(self, client_r, client_w, writers: list) -> None:
         try:
             server_r, server_w = await asyncio.open_connection(*self.upstream)
         except OSError:
             client_w.close()
             return
+        writers.append(server_w)
         turn = {"asked": False}  # True from a client burst until the server's answer starts
         await asyncio.gather(self._ask(client_r, server_w, turn), self._answer(server_r, client_w, turn),
                              return_exceptions=True)
@@ -92,6 +93,15 @@ class Proxy:
             await writer.drain()
         writer.close()
 
+    async def close(self) -> None:
+        """End every open connection: its sockets closed, its task finished (within a second)."""
+        tasks = list(self.connections)
+        for writers in self.connections.values():
+            for writer in writers:
+                writer.close()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+
 
 async def _main(upstream_port: int, delay: float, rate: float | None) -> None:
     proxy = Proxy(("127.0.0.1", upstream_port), delay, rate)
@@ -104,10 +114,7 @@ async def _main(upstream_port: int, delay: float, rate: float | None) -> None:
         print(proxy.requests, flush=True)
         proxy.requests = 0
     server.close()
-    connections = list(proxy.connections)
-    for task in connections:
-        task.cancel()  # open connections end here, quietly
-    await asyncio.gather(*connections, return_exceptions=True)
+    await proxy.close()
 
 
 class LatencyProxy:
