@@ -75,6 +75,12 @@ class OnePack:
         """The PieceReaders inside `reader`, by source: itself."""
         return [reader]
 
+    def expect(self, planner, rank: int, worker: int, num_workers: int) -> None:
+        """Tell the manifest the blocks one worker's plan reads, in order: a remote pack then fetches their rows a
+        few requests at a time instead of one per block (`Manifest.expect_blocks`)."""
+        pieces = planner.worker_pieces(rank, worker, num_workers)
+        self.manifest.expect_blocks(pieces[:, 0] if len(pieces) else pieces)
+
     @staticmethod
     def local(planner):
         """Piece -> (source, piece of its pack) for `planner`'s plans: a pack's pieces are its own."""
@@ -134,6 +140,10 @@ class PackBlend:
     def piece_readers(self, reader) -> list:
         """The PieceReaders inside `reader`, by source."""
         return reader.readers
+
+    def expect(self, planner, rank: int, worker: int, num_workers: int) -> None:
+        """Nothing yet: a blend's sources fetch their rows as their blocks are first used (a request per block
+        on a remote version-5 pack; mapping virtual pieces to each source's blocks is not done)."""
 
     @staticmethod
     def local(planner):

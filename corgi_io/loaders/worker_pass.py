@@ -50,6 +50,7 @@ def _start(ds, batch_sizes=None):
     (budgeted batches: a planner that counts items gives its plan whole) are added there."""
     worker, num_workers = worker_and_count()
     planner = ds.planner
+    ds.packs.expect(planner, ds.rank, worker, num_workers)
     reader = ds.last_reader = ds.packs.reader(planner)
     plan = ds.resume_point.start(planner, ds.rank, worker, num_workers)
     if batch_sizes is not None:

@@ -27,9 +27,9 @@ from corgi_io.manifest.checksum import CHECKSUMS
 from corgi_io.manifest.fields import KINDS
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
-from corgi_io.manifest.schema import MAX_SKIP_REASONS, SKIPS_SINCE
+from corgi_io.manifest.schema import MAX_SKIP_REASONS, ROWS_SINCE, SKIPS_SINCE
 
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 MAX_FIELDS = 64  # bits of the sample_fields column
 MAX_HEAD_BYTES = 1 << 30
 MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
@@ -155,8 +155,9 @@ def _parse_v2_fields(head: dict, where: str) -> dict:
     counts = head["counts"]
     if not isinstance(counts, dict):
         _fail(where, "counts must be an object")
-    counts = {name: _integer(counts.get(name), where, f"counts.{name}", most=MAX_ROWS)
-              for name in ("samples", "blocks", "key_bytes")}
+    names = ("samples", "blocks", "key_bytes") + (("rows_bytes",) if head["corgi_manifest_version"] >= ROWS_SINCE else ())
+    counts = {name: _integer(counts.get(name), where, f"counts.{name}", most=MAX_VALUE if name == "rows_bytes"
+                             else MAX_ROWS) for name in names}
     return {"checksum": head["checksum"], "extensions": extensions, "counts": counts}
 
 

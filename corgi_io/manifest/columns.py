@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.ranged import PAGE, RangedColumn
+from corgi_io.manifest.ranged import PAGE, LazyColumn, RangedColumn
 
 HEADER_READ = 4096 + 16  # magic, version and length field, and the largest header accepted
 
@@ -132,9 +132,9 @@ def open_ranged_column(storage, relpath: str, expected_dtype, length: int, where
 
 def prefetch_rows(columns, start: int, stop: int) -> None:
     """`prefetch` rows [start, stop) of several columns; remote ones are read concurrently (one round trip, not one each)."""
-    ranged = [column for column in columns if isinstance(column, RangedColumn) and not column.complete(start, stop)]
+    ranged = [column for column in columns if isinstance(column, LazyColumn) and not column.complete(start, stop)]
     for column in columns:
-        if not isinstance(column, RangedColumn):
+        if not isinstance(column, LazyColumn):
             prefetch(column, start, stop)
     if len(ranged) > 1:
         with ThreadPoolExecutor(len(ranged), thread_name_prefix="corgi-rows") as pool:
@@ -151,7 +151,7 @@ def prefetch(column, start: int, stop: int) -> None:
     would otherwise fault in one page at a time.  Anything else is already in memory.
     """
     start, stop = max(0, int(start)), min(int(stop), len(column))
-    if isinstance(column, RangedColumn):
+    if isinstance(column, LazyColumn):
         column.fill(start, stop)
         return
     mapped = column.base if isinstance(column, np.ndarray) else None

@@ -10,7 +10,8 @@ A pack directory holds, beside its shards:
 * ``columns/<name>.npy`` - one flat, uncompressed array per per-sample or per-block column
   (and the keys as one UTF-8 blob plus offsets).  Local packs memory-map them, so opening a
   pack does not copy them and every process on a node shares one page cache; remote packs
-  read the block columns whole and the per-sample rows on demand (`RangedColumn`).
+  read the block columns whole and the per-sample rows on demand: a version-5 pack a block's row group at a
+  time (`row_groups.py`: one request brings many blocks' rows), an older one page by page (`RangedColumn`).
 
 The columns are written first and the head last, each atomically, so a head on disk always
 describes complete columns.  Every input is untrusted: the head is type-checked, every
@@ -36,8 +37,10 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, SKIPS_PATH, SKIPS_SINCE,
-                                      V1_COLUMNS_NAME, column_path, column_schema, declared_rows, sample_columns)
+from corgi_io.manifest.row_groups import RowGroups, read_table
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, ROWS_PATH,
+                                      ROWS_SINCE, SKIPS_PATH, SKIPS_SINCE, V1_COLUMNS_NAME, column_path, column_schema,
+                                      declared_rows, sample_columns)
 from corgi_io.manifest.skips import head_summary, read_skip_records
 from corgi_io.manifest.tables import Columns, ShardTable
 from corgi_io.manifest.checks import MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
@@ -73,6 +76,7 @@ class Manifest:
     rows_checked: np.ndarray = field(default=None, repr=False)  # per block: rows validated in this process
     fields: list = field(default_factory=lambda: [""])     # field names, bit i of samples.fields (before version 3:
     max_fields: int = 1                                    # `extensions`, one field per sample) and the most a sample has
+    row_groups: object = field(default=None, repr=False)   # a remote version-5 pack's RowGroups: its rows' one source
 
     def __reduce__(self):
         return open_manifest, (self.root, self.storage_options)
@@ -118,11 +122,20 @@ class Manifest:
         while lo < hi:
             step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + ROWS_AT_ONCE))))
             start, stop = int(first[lo]), int(first[step - 1] + count[step - 1])
-            prefetch_rows((*self.samples.arrays.values(), self.key_offsets), start, stop + 1)
-            prefetch(self.key_blob, self.key_offsets[start], self.key_offsets[stop])  # unchecked yet: clamped
+            if self.row_groups is not None:
+                self.row_groups.ensure(lo, step)  # every column and the keys of these blocks, in one request
+            else:
+                prefetch_rows((*self.samples.arrays.values(), self.key_offsets), start, stop + 1)
+                prefetch(self.key_blob, self.key_offsets[start], self.key_offsets[stop])  # unchecked yet: clamped
             check_block_rows(self, lo, step, self.columns_url)
             self.rows_checked[lo:step] = True
             lo = step
+
+    def expect_blocks(self, blocks) -> None:
+        """The blocks this process will read, in order (a worker's plan): a remote version-5 pack fetches their
+        rows with those it is asked for, FETCH_BYTES at a time (`RowGroups`); elsewhere nothing to do."""
+        if self.row_groups is not None:
+            self.row_groups.expect(blocks)
 
     def key(self, index: int) -> str:
         """The key of sample `index`, decoded on demand."""
@@ -199,6 +212,8 @@ def _read_whole(storage, relpath: str, most: int) -> bytes:
 def _open_columns(storage, head: dict) -> dict:
     """The columns of a version-2 pack: memory-mapped when local; when remote, the block
     columns read whole and the per-sample ones (and the keys) as RangedColumns."""
+    if head["version"] >= ROWS_SINCE and storage.local_path(ROWS_PATH) is None:
+        return _open_row_groups(storage, head)
     rows, arrays = declared_rows(head["counts"], head["version"]), {}
     for name, dtype in column_schema(head["version"]).items():
         relpath = column_path(name)
@@ -212,6 +227,15 @@ def _open_columns(storage, head: dict) -> dict:
             raw = _read_whole(storage, relpath, most_bytes(dtype, rows[name]))
             arrays[name] = column_from_bytes(raw, dtype, rows[name], url)
     return arrays
+
+
+def _open_row_groups(storage, head: dict) -> dict:
+    """The columns of a remote version-5 pack: the block table read whole (one GET), the per-sample columns and
+    keys served by its `RowGroups` (under "row_groups")."""
+    table = read_table(storage, head["counts"], head["version"], storage.url(BLOCKS_PATH))
+    groups = RowGroups(storage, table, head["counts"], head["version"])
+    arrays = {name if name.startswith("key_") else f"sample_{name}": column for name, column in groups.columns().items()}
+    return {**arrays, **{f"block_{name}": table[name] for name in BLOCK_COLUMNS}, "row_groups": groups}
 
 
 def _read_v1_columns(storage, head: dict) -> dict:
@@ -244,4 +268,4 @@ def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: st
                     blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
                     storage_options=storage_options, columns_url=where,
                     rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool), fields=head["fields"],
-                    max_fields=head["max_fields"])
+                    max_fields=head["max_fields"], row_groups=arrays.get("row_groups"))

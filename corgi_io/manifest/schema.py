@@ -5,14 +5,18 @@ import numpy as np
 
 
 
-MANIFEST_VERSION = 4  # 3 added sample_fields and the head's fields and max_fields; 4 moved the skip records out of
-                      # the head into SKIPS_PATH (the head keeps their summary); 1 to 3 still open
+MANIFEST_VERSION = 5  # 3 added sample_fields and the head's fields and max_fields; 4 moved the skip records out of
+                      # the head into SKIPS_PATH (the head keeps their summary); 5 added the row groups (ROWS_PATH,
+                      # BLOCKS_PATH) that remote readers read instead of the .npy columns; 1 to 4 still open
 HEAD_NAME = "manifest.json"
 COLUMNS_DIR = "columns"
 V1_COLUMNS_NAME = "manifest.npz"
 PACK_METADATA = (HEAD_NAME, COLUMNS_DIR, V1_COLUMNS_NAME)  # everything in OUTPUT that is not a shard
 SKIPS_PATH = f"{COLUMNS_DIR}/skipped.jsonl"  # the skip records, a JSON object a line (version 4 on)
 SKIPS_SINCE = 4           # the first version whose head summarises the skip records instead of listing them
+ROWS_PATH = f"{COLUMNS_DIR}/rows.bin"      # each block's per-sample rows side by side (version 5 on: row_groups.py)
+BLOCKS_PATH = f"{COLUMNS_DIR}/blocks.bin"  # the block table as one int64 matrix, with where each row group starts
+ROWS_SINCE = 5            # the first version with ROWS_PATH and BLOCKS_PATH
 MAX_SKIP_REASONS = 64     # reasons counted by name in the head's summary of the skip records
 
 SAMPLE_COLUMNS = {

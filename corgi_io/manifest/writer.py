@@ -1,11 +1,12 @@
-"""Writing a manifest: each column and the skip records atomically, then the head last, so a head on disk always
-describes complete files."""
+"""Writing a manifest: each column, the row groups and the skip records atomically, then the head last, so a head
+on disk always describes complete files."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 import numpy as np
 
+from corgi_io.manifest.row_groups import write_row_groups
 from corgi_io.manifest.skips import write_skip_records
 from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, MANIFEST_VERSION, SAMPLE_COLUMNS,
                                       column_path, column_schema)
@@ -52,12 +53,13 @@ def save_column(root, name: str, array) -> None:
 
 
 def save_head(root, head: dict, counts: dict) -> None:
-    """Write the skip records then the head, each atomically, after every column: `counts` are the columns' rows
-    (samples, blocks, key_bytes); ``head["skipped"]``, the skip records ({"path", "reason"} each, any iterable),
+    """Write the row groups (`row_groups.py`), the skip records then the head, each atomically, after every column:
+    `counts` are the columns' rows (samples, blocks, key_bytes); ``head["skipped"]``, the skip records ({"path", "reason"} each, any iterable),
     goes to the skip file and the head keeps their summary (skips.py), so that opening a pack costs the same
     whatever their number."""
     from corgi_io.storage.atomic import atomic_output
 
+    counts = {**counts, "rows_bytes": write_row_groups(root, counts["blocks"])}  # from the columns just written
     head = dict(head, corgi_manifest_version=MANIFEST_VERSION, counts=counts,
                 skipped=write_skip_records(root, head.get("skipped", ())))
     with atomic_output(Path(root) / HEAD_NAME) as f:

@@ -32,13 +32,21 @@ class PieceVerifier:
         self.manifest, self.storage = manifest, storage
         self.checksum, self.running = checksum_function(manifest.checksum), RUNNING[manifest.checksum]
         self._sized: set = set()     # shard ids whose size this process has checked
+        self._sizing: dict = {}      # shard id -> the lock its first check holds
         self._lock = threading.Lock()  # several reading threads share one verifier
 
     def check_shard_size(self, shard_id: int) -> None:
-        """Compare a shard's size on storage with the manifest, the first time this process reads it."""
+        """Compare a shard's size on storage with the manifest, the first time this process reads it: one size
+        request per shard, however many reading threads start on it at once (they wait for the first)."""
         with self._lock:
             if shard_id in self._sized:
                 return
+            shard_lock = self._sizing.setdefault(shard_id, threading.Lock())
+        with shard_lock:
+            if shard_id not in self._sized:
+                self._check_size(shard_id)
+
+    def _check_size(self, shard_id: int) -> None:
         shard = self.manifest.shards[shard_id]
         try:
             actual = self.storage.size(shard.path)

@@ -104,7 +104,8 @@ class EpochPlanner(SamplePlanner):
 
     def plan(self, rank: int, worker: int, num_workers: int):
         """The buffer plan of one worker of a rank: (pieces to read, sample ids to yield) per buffer (`buffer_plan`)."""
-        return buffer_plan(self.worker_pieces(rank, worker, num_workers), sizes=self.table.sizes,
+        sums = self.table.sizes_of if self.table.size_sum is not None else None
+        return buffer_plan(self.worker_pieces(rank, worker, num_workers), sizes=self.table.sizes, piece_sums=sums,
                            **self.spec.stream(rank, worker))
 
     def rank_items(self, rank: int) -> int:

@@ -11,7 +11,7 @@ loader should count occurrences.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +37,7 @@ class StreamArgs:
     sizes: np.ndarray | None
     batch_size: int | None
     group_by_size: bool = False
+    piece_sums: Callable | None = None  # pieces -> each one's size sum, without reading every sample's size
 
     def rng(self, stream: int) -> np.random.Generator:
         """The generator of one of the streams (order.BUFFER, WINDOW, FULL) of this worker."""
@@ -46,14 +47,17 @@ class StreamArgs:
 def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces: int = 16,
                 seed: int = 0, epoch: int = 0, rank: int = 0, worker: int = 0,
                 window_samples: int | None = None, sizes: np.ndarray | None = None,
-                batch_size: int | None = None, group_by_size: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                batch_size: int | None = None, group_by_size: bool = False,
+                piece_sums: Callable | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(pieces_to_read, sample_ids_to_yield)`` for one worker, in order.
 
     ``shuffle``:
       - ``"corgipile"``: groups of ``buffer_pieces`` pieces; each group's
         samples are permuted by a generator keyed by ``(seed, epoch, rank,
         worker, buffer index)``. With ``batch_size`` (and ``sizes``) each
-        buffer is instead composed into size-balanced batches; the remainder
+        buffer is instead composed into size-balanced batches (``piece_sums``,
+        pieces -> their size sums, spares reading every sample's size for the
+        buffers' density: `BlockTable.sizes_of`); the remainder
         is carried into the next buffer, so consecutive groups of
         ``batch_size`` in the stream are exactly the composed batches. The
         buffers are then groups of pieces of even density (``even_buffers``),
@@ -79,7 +83,8 @@ def buffer_plan(pieces: np.ndarray, *, shuffle: str = "corgipile", buffer_pieces
         raise ArgumentError(f"buffer_pieces must be >= 1, got {buffer_pieces}")
     if group_by_size and batch_size is None:
         raise ArgumentError("group_by_size groups batches by size: it needs batch_size")
-    args = StreamArgs(buffer_pieces, seed, epoch, rank, worker, window_samples, sizes, batch_size, group_by_size)
+    args = StreamArgs(buffer_pieces, seed, epoch, rank, worker, window_samples, sizes, batch_size, group_by_size,
+                      piece_sums)
     return mode.stream_function()(pieces, args)
 
 
@@ -96,11 +101,10 @@ def corgipile_stream(pieces, args: StreamArgs):
     starts = range(0, len(pieces), buffer_pieces)
     composer = None
     if batch_size and len(pieces):
-        own = sizes[piece_samples(pieces)]
+        sums = piece_size_sums(pieces, args)
         composer = SizeGrouper(sizes, batch_size) if args.group_by_size else \
-            BatchComposer(sizes, batch_size, batch_size * float(own.mean()))
+            BatchComposer(sizes, batch_size, batch_size * float(sums.sum() / (pieces[:, 2] - pieces[:, 1]).sum()))
         # buffers of even density, so that every buffer's batches can reach the target
-        sums = np.add.reduceat(own, positions(pieces)[:-1])
         pieces = even_buffers(pieces, sums, buffer_pieces, epoch_rng(*key, len(starts)))
     for j, first in enumerate(starts):
         chunk = pieces[first:first + buffer_pieces]
@@ -109,6 +113,14 @@ def corgipile_stream(pieces, args: StreamArgs):
         if composer:
             order = composer.compose(order, rng, last=first + buffer_pieces >= len(pieces))
         yield chunk, order
+
+
+def piece_size_sums(pieces: np.ndarray, args: StreamArgs) -> np.ndarray:
+    """Each piece's size sum: from `args.piece_sums` (a block table's sums: no per-sample size is read, which on a
+    remote pack would fetch the rows of every block of the epoch before its first batch), else from `args.sizes`."""
+    if args.piece_sums is not None:
+        return np.asarray(args.piece_sums(pieces), dtype=np.int64)
+    return np.add.reduceat(np.asarray(args.sizes[piece_samples(pieces)], dtype=np.int64), positions(pieces)[:-1])
 
 
 def window_stream(pieces, args: StreamArgs):

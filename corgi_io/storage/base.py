@@ -13,6 +13,8 @@ import os
 import threading
 from corgi_io.errors import ArgumentError
 
+RANGES_AT_ONCE = 8  # ranged reads `read_ranges` keeps in flight where one request cannot carry several ranges
+
 
 class Storage(abc.ABC):
     """A pack's root, read with ranged reads; counters of the reads; the pid owning cached handles
@@ -54,6 +56,17 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes of `relpath` at `offset`; StorageError naming file and offset otherwise."""
+
+    def read_ranges(self, relpath: str, ranges: list) -> list:
+        """The bytes of each (offset, length) of `ranges` in `relpath`, in order.  Here one `read_range` each, up
+        to RANGES_AT_ONCE at a time on threads (one round trip for all); a backend that can ask for many ranges in
+        one request (HTTP multi-range) does so, which is what keeps a rank's metadata requests few."""
+        if len(ranges) <= 1:
+            return [self.read_range(relpath, offset, length) for offset, length in ranges]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(RANGES_AT_ONCE, len(ranges)), thread_name_prefix="corgi-ranges") as pool:
+            return list(pool.map(lambda where: self.read_range(relpath, *where), ranges))
 
     @abc.abstractmethod
     def read_all(self, relpath: str) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,6 +23,9 @@ from pathlib import Path
 from helpers.processes import stop_process
 
 _SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+_LOG_LINE = re.compile(r'"([A-Z]+ \S+ [^"]*)" (\d{3}) (\d+)')  # the combined format's request, status and bytes
 
 
 def nginx_binary() -> str | None:
@@ -66,6 +70,13 @@ class NginxServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
+
+    def requests(self) -> list:
+        """Every request nginx has logged so far, as (method, path, status, body bytes sent), in order."""
+        log = self._tmp / "access.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        return [(request.split(" ")[0], request.split(" ")[1], int(status), int(sent))
+                for request, status, sent in (_LOG_LINE.search(line).groups() for line in lines)]
 
     def put(self, relpath: str, data: bytes) -> str:
         """Write `data` under the served directory and return its URL."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from helpers.packs import BLOCK, synthetic_pack
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest
 from corgi_io.manifest.ranged import PAGE, RangedColumn
+from corgi_io.manifest.row_groups import GroupedColumn
 from corgi_io.storage import LocalStorage
 
 
@@ -165,21 +167,42 @@ def test_ranged_column_whole_column_operations(column):
 
 
 @pytest.mark.slow
-def test_remote_open_reads_headers_and_tables_and_rows_on_demand(pack, http_root):
+def test_remote_open_reads_the_table_then_one_row_group_per_block_on_demand(pack, http_root):
+    """A version-5 pack over HTTP: the open reads the head and blocks.bin; a block's first use reads its row group
+    (every column and its keys) in one request, and the rows equal the local .npy columns."""
     directory, base_url = http_root
     shutil.copytree(pack, directory / "lazy-pack", dirs_exist_ok=True)
     url = base_url.rstrip("/") + "/lazy-pack"
     m = open_manifest(url)
-    ranged = [*m.samples.arrays.values(), m.key_offsets, m.key_blob]
-    assert all(isinstance(c, RangedColumn) and c.pages_read == 0 for c in ranged)
+    grouped = [*m.samples.arrays.values(), m.key_offsets, m.key_blob]
+    assert all(isinstance(c, GroupedColumn) for c in grouped) and not m.row_groups.filled.any()
     assert isinstance(m.blocks.first, np.ndarray)  # the block table is read whole
     start, stop = int(m.blocks.first[100]), int(m.blocks.first[100] + m.blocks.count[100])
+    reads = m.row_groups.storage.reads
     m.validate_rows(start, stop)
-    assert all(0 < c.pages_read <= 2 for c in ranged)  # a 64-row block spans at most 2 pages of each column
+    assert m.row_groups.storage.reads == reads + 1 and np.flatnonzero(m.row_groups.filled).tolist() == [100]
     assert m.keys(start, start + 2) == [f"k/{start:07d}", f"k/{start + 1:07d}"]
+    assert m.row_groups.storage.reads == reads + 1
     copy = pickle.loads(pickle.dumps(m))
     assert copy.root == url and copy.keys(start, start + 1) == [f"k/{start:07d}"]
     local = open_manifest(pack)
+    for name in local.samples.arrays:
+        np.testing.assert_array_equal(m.samples.arrays[name], local.samples.arrays[name])
+    np.testing.assert_array_equal(np.asarray(m.key_blob), np.asarray(local.key_blob))
+    np.testing.assert_array_equal(np.asarray(m.key_offsets), np.asarray(local.key_offsets))
+
+
+@pytest.mark.slow
+def test_a_remote_pack_before_version_5_still_reads_its_columns_page_by_page(http_root):
+    directory, base_url = http_root
+    data = Path(__file__).resolve().parents[1] / "data" / "v2-wds"
+    shutil.copytree(data, directory / "v2-pack", dirs_exist_ok=True)
+    m = open_manifest(base_url.rstrip("/") + "/v2-pack")
+    ranged = [*m.samples.arrays.values(), m.key_offsets, m.key_blob]
+    assert m.row_groups is None and all(isinstance(c, RangedColumn) and c.pages_read == 0 for c in ranged)
+    m.validate_rows()
+    local = open_manifest(data)
+    assert m.keys() == local.keys()
     for name in local.samples.arrays:
         np.testing.assert_array_equal(m.samples.arrays[name], local.samples.arrays[name])
 

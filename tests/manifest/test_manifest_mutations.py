@@ -188,7 +188,7 @@ NESTED = RAW + "[" * 900 + "]" * 900            # parses, but a careless repr() 
 NASTY_VALUES = [0, 1, -1, 2, "2", "", "x", True, False, None, [], {}, [1], {"a": 1}, 2.0, 1.5, math.nan, math.inf,
                 -math.inf, 10 ** 400, -10 ** 400, 2 ** 63, 1e308, DEEP, NESTED, "\ud800", "a\nb", "x" * 5000]
 NASTY_INTEGERS = [-1, -2 ** 63, 2 ** 31, 2 ** 32, 2 ** 40, 2 ** 62, 2 ** 62 + 1, 2 ** 63, 2 ** 64, 10 ** 400, 0, 2.0]
-BAD_VERSIONS = [True, False, 2.0, "2", None, -1, 0, 1, 5, 10 ** 400, [2], {"v": 2}, 1.0, "two", 2.5, math.nan,
+BAD_VERSIONS = [True, False, 2.0, "2", None, -1, 0, 1, 6, 10 ** 400, [2], {"v": 2}, 1.0, "two", 2.5, math.nan,
                 NESTED]
 
 
@@ -811,15 +811,36 @@ def test_cli_reports_untrusted_manifests_in_one_line(v2, corgi, mutation):
 
 
 @pytest.mark.slow
-def test_remote_column_larger_than_declared_is_not_downloaded(targets, http_root):
-    """Over HTTP a column is read whole, so its size is asked first: 64 MiB where 12 rows are declared is refused."""
+def test_remote_column_larger_than_declared_is_not_downloaded(http_root):
+    """Over HTTP a version-2 pack's column is read whole, so its size is asked first: 64 MiB where 12 rows are
+    declared is refused."""
+    directory, base_url = http_root
+    served = Path(directory) / "mutations-v2-pack"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "v2-wds", served)
+    url = base_url + "mutations-v2-pack"
+    rows = open_manifest(url).num_samples
+    (served / "columns" / "sample_size.npy").write_bytes(npy(np.zeros(8 << 20, "<i8")))
+    with Watch() as watch, pytest.raises(ManifestError) as info:
+        open_manifest(url)
+    assert f"{url}/columns/sample_size.npy: {(64 << 20) + 128} bytes, more than" in str(info.value), rows
+    assert watch.peak < 16 << 20
+
+
+@pytest.mark.slow
+def test_remote_row_groups_larger_than_declared_are_not_downloaded(targets, http_root):
+    """A version-5 pack over HTTP reads only the declared bytes of blocks.bin and rows.bin: 64 MiB appended to
+    each costs no memory, and the rows read are the declared ones."""
     directory, base_url = http_root
     served = Path(directory) / "mutations-pack"
     shutil.copytree(targets["v2"].root, served)
     url = base_url + "mutations-pack"
-    assert open_manifest(url).num_samples == 12
-    (served / "columns" / "sample_size.npy").write_bytes(npy(np.zeros(8 << 20, "<i8")))
-    with Watch() as watch, pytest.raises(ManifestError) as info:
-        open_manifest(url)
-    assert f"{url}/columns/sample_size.npy: {(64 << 20) + 128} bytes, more than" in str(info.value)
+    before = open_manifest(url)
+    before.validate_rows()
+    for name in ("rows.bin", "blocks.bin"):
+        with open(served / "columns" / name, "ab") as f:
+            f.write(bytes(64 << 20))
+    with Watch() as watch:
+        after = open_manifest(url)
+        after.validate_rows()
     assert watch.peak < 16 << 20
+    assert after.keys() == before.keys() and np.array_equal(np.asarray(after.samples.size), before.samples.size)
