@@ -2,9 +2,11 @@
 
 A reading thread that has fetched and checked a piece hands it over with `offer` and goes on at once:
 the piece's samples are already in its hands, so what happens to the copy offered (written, dropped) never
-changes what is yielded.  At most `capacity` pieces wait; when that many wait, `offer` refuses the piece
-(it is not cached, and the reader never waits for the disk) unless the caller asks to wait (a prefetch
-thread, which is not on the read path).  The thread starts with the first piece and ends once no piece
+changes what is yielded.  The pieces waiting hold at most `capacity` bytes (one piece, whatever its size,
+when none waits); a piece that does not fit is refused (it is not cached, and the reader never waits for
+the disk) unless the caller asks to wait (a prefetch thread, which is not on the read path).  The thread
+runs at the lowest CPU priority, so that on a busy machine it takes the time the reads leave, and the
+queue fills and refuses rather than slow the reads.  The thread starts with the first piece and ends once no piece
 has come for `linger` seconds; it is not a daemon, so a process that ends (a DataLoader worker at the end
 of its epoch included) first writes what waits, and never leaves a piece half written.
 """
@@ -15,7 +17,7 @@ import contextlib
 import os
 import threading
 
-WRITE_QUEUE = 8  # pieces waiting to be written, at most: the memory they hold beyond the reader's own bound
+WRITE_QUEUE = 64 << 20  # bytes of the pieces waiting to be written, at most: memory beyond the reader's own bound
 LINGER = 0.5  # seconds the idle thread waits for another piece before it ends
 _IDLE = object()  # what `_next` gives when the thread should end
 
@@ -25,21 +27,24 @@ class CacheWriter:
 
     def __init__(self, write, capacity: int = WRITE_QUEUE, linger: float = LINGER):
         self._write, self.capacity, self.linger = write, capacity, linger
-        self._waiting = collections.deque()
+        self._waiting = collections.deque()  # (item, its bytes)
+        self._queued = 0  # bytes waiting
         self._changed = threading.Condition()
         self._thread = None
         self._busy = False  # an item taken off the queue is being written
         self.dropped = 0  # items refused because the queue was full
 
-    def offer(self, item, wait: bool = False) -> bool:
-        """Queue `item` for writing; False (and nothing queued) when the queue is full and not `wait`."""
+    def offer(self, item, nbytes: int, wait: bool = False) -> bool:
+        """Queue `item` (`nbytes` to write) for writing; False (and nothing queued) when it does not fit and not
+        `wait`."""
         with self._changed:
-            while len(self._waiting) >= self.capacity:
+            while self._waiting and self._queued + nbytes > self.capacity:
                 if not wait:
                     self.dropped += 1
                     return False
                 self._changed.wait()
-            self._waiting.append(item)
+            self._waiting.append((item, nbytes))
+            self._queued += nbytes
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="corgi-cache-writer", daemon=False)
                 self._thread.start()
@@ -76,8 +81,9 @@ class CacheWriter:
             if not self._waiting:
                 self._thread = None
                 return _IDLE
-            self._busy = True
-            return self._waiting.popleft()
+            (item, nbytes), self._busy = self._waiting.popleft(), True
+            self._queued -= nbytes
+            return item
 
 
 def lowest_priority() -> None:

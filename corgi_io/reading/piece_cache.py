@@ -123,7 +123,7 @@ class PieceCache:
         if offer is not None and self.writing:
             held, wait = offer
             lock = held.pop_all()
-            if not self.writer.offer((key, data, lock), wait):
+            if not self.writer.offer((key, data, lock), len(data), wait):
                 lock.close()  # not cached: the others may fetch it now
         return data
 

@@ -205,6 +205,7 @@ def test_a_repacked_pack_under_the_same_url_yields_no_stale_byte(http_root, smal
     url = served(http_root, small_pack, "cache-faults-repack")
     old = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=3, cache=Cache(tmp_path / "cache", 10**9))
     assert sorted(read_epoch(old, 0)) == truth(small_pack)
+    old.last_reader.cache.wait_warm()  # every piece is written (in the background) before the folder is copied
     repacked = make_pack(tmp_path / "repack", 128, 60, 8, 8_000, seed=1)  # other texts, same shard names
     served(http_root, repacked, "cache-faults-repack")
     new = CorgiPileDataset(url, shuffle=Shuffle(buffer_blocks=2), seed=3, cache=Cache(tmp_path / "cache", 10**9))
@@ -252,6 +253,7 @@ def test_an_epoch_does_not_wait_for_the_cache_writes_and_a_full_queue_drops_piec
 
     monkeypatch.setattr(CacheFolder, "write", slow_write)
     cache = new_cache(small_pack, tmp_path / "cache")
+    cache.writer.capacity = 1  # bytes: one piece waits at a time (the queue of 64 MiB would take this whole pack)
     got = epoch_through_cache(small_pack, cache)
     epoch_read.set()
     cache.wait_warm()
@@ -262,6 +264,7 @@ def test_an_epoch_does_not_wait_for_the_cache_writes_and_a_full_queue_drops_piec
     assert cache.fetches == pieces and temporary_files(tmp_path) == []
     again = new_cache(small_pack, tmp_path / "cache")
     assert sorted(epoch_through_cache(small_pack, again)) == truth(small_pack)
+    again.wait_warm()  # its writes end here, not in the next test
     assert again.hits == pieces - cache.writer.dropped and again.fetches == cache.writer.dropped
 
 

@@ -91,6 +91,7 @@ def test_cached_epochs_yield_the_remote_read_and_the_limit_holds(url, local_pack
 def test_a_damaged_cached_piece_is_fetched_again(url, local_pack, tmp_path):
     ds = CorgiPileDataset(url, **OPTIONS, cache=Cache(tmp_path, 10 * pack_bytes(local_pack)))
     want = epoch_samples(ds, 0)
+    ds.last_reader.cache.wait_warm()  # the pieces written in the background are all in place
     files = sorted(path for path in tmp_path.rglob("*") if path.is_file() and not path.name.startswith("."))
     damaged = files[len(files) // 2]
     data = bytearray(damaged.read_bytes())
@@ -100,6 +101,7 @@ def test_a_damaged_cached_piece_is_fetched_again(url, local_pack, tmp_path):
     assert epoch_samples(ds, 0) == want
     cache = ds.last_reader.cache
     assert cache.refetches == 1 and ds.storage.bytes_read - fetched == len(data)
+    cache.wait_warm()
     assert damaged.read_bytes() != bytes(data)  # the good copy replaced it
 
 

@@ -1,6 +1,7 @@
 """The cache's background writer (`CacheWriter`) and the piece locks of a cache folder (issue 31): an offer never
 waits unless asked, a full queue refuses, a flush waits for every write, the thread ends when idle; a piece's lock
-excludes the threads that fetch the same piece, not the others, and creates no file per piece."""
+excludes the threads that fetch the same piece, not the others, and creates no file per piece.  Items here weigh
+one byte each, so a capacity of n bytes is n items."""
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ def blocked_writer(capacity: int):
 def test_a_full_queue_refuses_at_once_and_a_flush_waits_for_every_write():
     writer, gate, written = blocked_writer(capacity=2)
     started = time.monotonic()
-    accepted = [writer.offer(i) for i in range(6)]  # one being written (once taken), two waiting, the rest refused
+    accepted = [writer.offer(i, 1) for i in range(6)]  # one being written (once taken), two waiting, the rest refused
     assert time.monotonic() - started < 1.0  # no offer waited for the blocked write
     assert accepted.count(True) in (2, 3) and accepted[:2] == [True, True] and writer.dropped == accepted.count(False)
     gate.set()
@@ -39,7 +40,7 @@ def test_a_full_queue_refuses_at_once_and_a_flush_waits_for_every_write():
 def test_an_offer_that_waits_is_written():
     writer, gate, written = blocked_writer(capacity=1)
     done = []
-    waiter = threading.Thread(target=lambda: done.append([writer.offer(i, wait=True) for i in range(4)]))
+    waiter = threading.Thread(target=lambda: done.append([writer.offer(i, 1, wait=True) for i in range(4)]))
     waiter.start()
     time.sleep(0.2)
     assert not done  # waiting for room, not refused
@@ -49,15 +50,25 @@ def test_an_offer_that_waits_is_written():
     assert done == [[True] * 4] and written == [0, 1, 2, 3] and writer.dropped == 0
 
 
+def test_a_piece_larger_than_the_queue_is_taken_when_none_waits():
+    writer, gate, written = blocked_writer(capacity=10)
+    assert writer.offer("big", 100)  # the first piece, being written
+    time.sleep(0.1)
+    assert writer.offer("next", 100) and not writer.offer("third", 1)  # alone in the queue, it fits; then full
+    gate.set()
+    writer.flush()
+    assert written == ["big", "next"] and writer.dropped == 1
+
+
 def test_the_writer_thread_ends_when_idle_and_is_not_a_daemon():
     writer, gate, _ = blocked_writer(capacity=4)
     gate.set()
-    writer.offer("x")
+    writer.offer("x", 1)
     thread = writer._thread
     assert thread is not None and not thread.daemon  # the process writes what waits before it ends
     thread.join(5)
     assert not thread.is_alive() and writer._thread is None
-    assert writer.offer("y")  # a new thread for a new piece
+    assert writer.offer("y", 1)  # a new thread for a new piece
     writer.flush()
 
 
@@ -72,9 +83,9 @@ def test_a_write_that_raises_leaves_the_writer_usable():
     writer = CacheWriter(write, capacity=4, linger=0.05)
     hook, threading.excepthook = threading.excepthook, lambda args: None
     try:
-        writer.offer("bad")
+        writer.offer("bad", 1)
         writer.flush()
-        writer.offer("good")
+        writer.offer("good", 1)
         writer.flush()
     finally:
         threading.excepthook = hook
