@@ -37,7 +37,7 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.row_groups import RowGroups, read_table
+from corgi_io.manifest.row_groups import RowGroups, check_against_columns, read_table
 from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, ROWS_PATH,
                                       ROWS_SINCE, SKIPS_PATH, SKIPS_SINCE, V1_COLUMNS_NAME, column_path, column_schema,
                                       declared_rows, sample_columns)
@@ -77,6 +77,7 @@ class Manifest:
     fields: list = field(default_factory=lambda: [""])     # field names, bit i of samples.fields (before version 3:
     max_fields: int = 1                                    # `extensions`, one field per sample) and the most a sample has
     row_groups: object = field(default=None, repr=False)   # a remote version-5 pack's RowGroups: its rows' one source
+    rows_bytes: int = 0                                    # the size of columns/rows.bin (version 5 on)
 
     def __reduce__(self):
         return open_manifest, (self.root, self.storage_options)
@@ -130,6 +131,16 @@ class Manifest:
             check_block_rows(self, lo, step, self.columns_url)
             self.rows_checked[lo:step] = True
             lo = step
+
+    def check_row_groups(self) -> None:
+        """`corgi verify`'s check that a local version-5 pack's row groups (what remote readers read) equal its
+        columns (what local readers map); nothing to compare for older or remote packs."""
+        if self.version < ROWS_SINCE or self.row_groups is not None:
+            return
+        from corgi_io.storage import open_storage
+
+        with open_storage(self.root, **self.storage_options) as storage:
+            check_against_columns(self, storage, self.rows_bytes)
 
     def expect_blocks(self, blocks) -> None:
         """The blocks this process will read, in order (a worker's plan): a remote version-5 pack fetches their
@@ -268,4 +279,5 @@ def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: st
                     blocks=blocks, key_blob=arrays["key_blob"], key_offsets=arrays["key_offsets"],
                     storage_options=storage_options, columns_url=where,
                     rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool), fields=head["fields"],
-                    max_fields=head["max_fields"], row_groups=arrays.get("row_groups"))
+                    max_fields=head["max_fields"], row_groups=arrays.get("row_groups"),
+                    rows_bytes=head["counts"].get("rows_bytes", 0) if head["version"] > 1 else 0)

@@ -90,12 +90,41 @@ def _write_step(out, files: dict, names: list, table: np.ndarray, lo: int, hi: i
     blob = files["key_blob"].read(int(key_offsets[0]), int(key_offsets[-1]))
     for block in range(lo, hi):
         a, z = int(first[block]) - start, int(first[block] + count[block]) - start
-        keys = key_offsets[a:z + 1]
-        parts = [column[a:z].tobytes() for column in rows]
-        parts += [keys.tobytes(), blob[keys[0] - key_offsets[0]:keys[-1] - key_offsets[0]].tobytes()]
-        table[block, len(BLOCK_COLUMNS):] = written, keys[0]
-        written += out.write(zlib.compress(b"".join(parts), 1))
+        table[block, len(BLOCK_COLUMNS):] = written, key_offsets[a]
+        written += out.write(zlib.compress(group_bytes(rows, key_offsets, blob, a, z), 1))
     return written
+
+
+def group_bytes(rows: list, key_offsets: np.ndarray, blob: np.ndarray, a: int, z: int) -> bytes:
+    """The inflated row group of the samples at [a, z) of a step: `rows` its per-sample columns in schema order,
+    `key_offsets` its key offsets (one more than its rows), `blob` its keys' bytes from key_offsets[0] on."""
+    keys = key_offsets[a:z + 1]
+    parts = [column[a:z].tobytes() for column in rows]
+    return b"".join([*parts, keys.tobytes(), blob[keys[0] - key_offsets[0]:keys[-1] - key_offsets[0]].tobytes()])
+
+
+def check_against_columns(m, storage, rows_bytes: int) -> None:
+    """`corgi verify` of a local version-5 pack: every stored row group, inflated, must equal the `.npy` columns
+    that local readers map (a remote reader reads only the groups); ManifestError naming rows.bin and the block.
+    Memory: one step of WRITE_ROWS rows."""
+    counts = {"samples": m.num_samples, "blocks": len(m.blocks.first), "key_bytes": len(m.key_blob),
+              "rows_bytes": rows_bytes}
+    groups = RowGroups(storage, read_table(storage, counts, m.version, storage.url(BLOCKS_PATH)), counts, m.version)
+    columns = [m.samples.arrays[name] for name in groups.schema]
+    for lo, hi in _steps(m.blocks.first, m.blocks.count):
+        start, stop = int(m.blocks.first[lo]), int(m.blocks.first[hi - 1] + m.blocks.count[hi - 1])
+        rows = [np.asarray(column[start:stop]).astype(column.dtype.newbyteorder("<")) for column in columns]
+        key_offsets = np.asarray(m.key_offsets[start:stop + 1], dtype="<i8")
+        blob = np.asarray(m.key_blob[int(key_offsets[0]):int(key_offsets[-1])])
+        where = int(groups.table["rows"][lo])
+        data = storage.read_range(ROWS_PATH, where, int(groups.table["rows"][hi - 1] + groups.stored[hi - 1]) - where)
+        for block in range(lo, hi):
+            at = int(groups.table["rows"][block]) - where
+            a, z = int(m.blocks.first[block]) - start, int(m.blocks.first[block] + m.blocks.count[block]) - start
+            if groups.inflate(block, data[at:at + int(groups.stored[block])]) != \
+                    group_bytes(rows, key_offsets, blob, a, z):
+                raise ManifestError(f"{storage.url(ROWS_PATH)}: block {block}'s row group disagrees with the "
+                                    f"columns' rows {int(m.blocks.first[block])}..")
 
 
 class _NpyRows:
@@ -206,11 +235,11 @@ class RowGroups:
         for run, data in zip(runs, self.storage.read_ranges(ROWS_PATH, ranges)):
             at = 0
             for block in run.tolist():
-                self._place(block, self._inflate(block, data[at:at + int(self.stored[block])]))
+                self._place(block, self.inflate(block, data[at:at + int(self.stored[block])]))
                 at += int(self.stored[block])
             self.filled[run] = True
 
-    def _inflate(self, block: int, data: bytes) -> bytes:
+    def inflate(self, block: int, data: bytes) -> bytes:
         """Block `block`'s group inflated, never past its length; ManifestError unless it is exactly that long."""
         expected = int(self.lengths[block])
         try:

@@ -86,6 +86,7 @@ def verify(dataset, progress: bool | None = None, max_errors: int = 20, jobs: in
     """
     m = open_manifest(dataset, storage_options)
     m.validate_rows()  # every per-sample row: opening a pack checks only its block and shard tables
+    m.check_row_groups()  # what remote readers read (columns/rows.bin) equals what local ones map
     collections.deque(m.skip_records(), maxlen=0)  # every skip record, a line at a time, against the head's counts
     report = VerifyReport(max_errors=max_errors)
     with _shard_reports(m, jobs, max_errors, storage_options, max_pixels) as reports, \

@@ -106,3 +106,17 @@ def piece_bytes(m, root: Path, start: int, stop: int) -> bytes:
     s = m.samples
     shard = (root / m.shards[int(s.shard[start])].path).read_bytes()
     return shard[int(s.offset[start]):int(s.offset[stop - 1] + s.length[stop - 1])]
+
+
+def resync_row_groups(root: Path) -> None:
+    """Rewrite a version-5 pack's row groups (columns/rows.bin, blocks.bin) and the head's rows_bytes from its
+    .npy columns, after a test edited those: the pack then says the edited rows everywhere."""
+    import json
+
+    from corgi_io.manifest.row_groups import write_row_groups
+
+    head_path = Path(root) / "manifest.json"
+    head = json.loads(head_path.read_text())
+    head["counts"]["rows_bytes"] = write_row_groups(root, head["counts"]["blocks"])
+    head_path.write_text(json.dumps(head))
+

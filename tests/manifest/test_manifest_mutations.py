@@ -606,11 +606,17 @@ def names_the_pack(exc: ManifestError, t: Target) -> bool:
     return "\n" not in str(exc) and f"{t.root}/" in str(exc)
 
 
+def _row_groups_disagree(exc: ManifestError, t: Target) -> bool:
+    """Verify found the row groups (what remote readers read) unlike the local .npy columns a mutation changed."""
+    return names_the_pack(exc, t) and f"{t.root}/columns/rows.bin: block " in str(exc)
+
+
 def attempt(t: Target) -> tuple:
     """(outcome, detail, Watch) of opening the pack, using every block's rows, and verifying it.
 
     A fault in per-sample rows may pass the open: then using the rows must raise it, and `verify`
-    (which validates every row) must raise it too; when using the rows raises nothing, neither may verify.
+    (which validates every row) must raise it too; when using the rows raises nothing, neither may verify, but
+    for rows.bin unlike a mutated .npy column (remote readers would read other rows).
     """
     with Watch() as watch:
         try:
@@ -635,6 +641,8 @@ def attempt(t: Target) -> tuple:
             pass
         except (Exception, Hung) as exc:  # noqa: BLE001
             return ESCAPED, f"verify: {type(exc).__name__}: {str(exc)[:200]}", watch
+    if at_use is None and at_verify is not None and _row_groups_disagree(at_verify, t):
+        return REFUSED_AT_USE, f"verify: {at_verify}", watch  # a mutated .npy column; rows.bin says otherwise
     if (at_use is None) != (at_verify is None):
         return ESCAPED, f"first use raised {at_use!s}, but verify raised {at_verify!s}", watch
     if at_use is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from corgi_io.manifest import open_manifest
-from helpers.packs import flip
+from helpers.packs import flip, resync_row_groups
 
 FORMATS = ["wds", "tfrecord"]
 
@@ -117,6 +117,7 @@ def rewrite_crc(out: Path, i: int) -> None:
             f.seek(int(s.offset[j]))
             running = checksums[j] = crc32c.crc32c(f.read(int(s.length[j])), running)
     np.save(column, checksums)
+    resync_row_groups(out)
 
 
 @pytest.mark.parametrize("which", ["inner", "first"])
@@ -207,3 +208,29 @@ def test_verify_of_a_non_pack_is_a_one_line_error(tmp_path, corgi):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "manifest.json" in lines[0]
     assert re.search(re.escape(str(tmp_path)), lines[0])
+
+
+@pytest.mark.parametrize("damage", ["garbled", "other rows"])
+def test_a_row_group_that_disagrees_with_the_columns_fails_verify_naming_rows_bin(pack_copy, corgi, damage):
+    """Remote readers read columns/rows.bin, local ones the .npy columns: verify checks they agree."""
+    import zlib
+
+    from corgi_io.manifest.row_groups import TABLE_COLUMNS
+
+    _, out = pack_copy
+    rows_bin = out / "columns" / "rows.bin"
+    table = np.frombuffer((out / "columns" / "blocks.bin").read_bytes(), "<i8").reshape(-1, len(TABLE_COLUMNS))
+    raw = bytearray(rows_bin.read_bytes())
+    start, stop = int(table[1, TABLE_COLUMNS.index("rows")]), int(table[2, TABLE_COLUMNS.index("rows")])
+    if damage == "garbled":
+        raw[start + 3] ^= 0x5A
+    else:  # the same length inflated, one label changed: re-deflated, so rows.bin's offsets shift by the difference
+        group = bytearray(zlib.decompress(bytes(raw[start:stop])))
+        group[0] ^= 0x01  # the first sample's label (the first column)
+        raw[start:stop] = zlib.compress(bytes(group), 1)
+        if stop - start != len(raw) - len(rows_bin.read_bytes()) + (stop - start):
+            pytest.skip("the re-deflated group changed length: offsets would shift")
+    rows_bin.write_bytes(bytes(raw))
+    result = corgi("verify", out)
+    assert result.exit_code != 0
+    assert f"{out}/columns/rows.bin: block 1's row group" in result.stderr and "\n" not in result.stderr.strip()
