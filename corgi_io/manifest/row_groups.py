@@ -213,7 +213,9 @@ class RowGroups:
             return
         with self.lock:
             needed = lo + np.flatnonzero(~self.filled[lo:hi])
-            if len(needed):
+            if len(needed) and self.stored.sum() <= FETCH_BYTES:  # a small pack's groups all come at once, and a
+                self._fetch(np.flatnonzero(~self.filled))        # later epoch's other blocks need no request
+            elif len(needed):
                 self._fetch(np.union1d(needed, self._next_expected(int(self.stored[needed].sum()))))
 
     def _next_expected(self, taken: int) -> np.ndarray:

@@ -93,8 +93,13 @@ class PieceReader:
         return self.residency.peak
 
     def byte_range(self, piece) -> tuple:
-        """(shard path, offset, length) of one piece: first record's start to last record's end."""
-        _, start, stop = piece
+        """(shard path, offset, length) of one piece: first record's start to last record's end.  A whole block's
+        comes from the block table, so sizing a read ahead touches no per-sample row (on a remote pack that
+        would fetch the block's rows in the consumer's thread instead of the reading thread's)."""
+        block, start, stop = (int(x) for x in piece)
+        b = self.manifest.blocks
+        if start == b.first[block] and stop == b.first[block] + b.count[block]:
+            return self.manifest.shards[int(b.shard[block])].path, int(b.offset[block]), int(b.length[block])
         s = self.manifest.samples
         offset = int(s.offset[start])
         return self.manifest.shards[int(s.shard[start])].path, offset, int(s.offset[stop - 1] + s.length[stop - 1]) - offset

@@ -15,6 +15,7 @@ from helpers.packs import BLOCK, synthetic_pack
 from corgi_io.errors import ManifestError
 from corgi_io.manifest import open_manifest
 from corgi_io.manifest.ranged import PAGE, RangedColumn
+from corgi_io.manifest import row_groups
 from corgi_io.manifest.row_groups import GroupedColumn
 from corgi_io.storage import LocalStorage
 
@@ -167,9 +168,10 @@ def test_ranged_column_whole_column_operations(column):
 
 
 @pytest.mark.slow
-def test_remote_open_reads_the_table_then_one_row_group_per_block_on_demand(pack, http_root):
+def test_remote_open_reads_the_table_then_one_row_group_per_block_on_demand(pack, http_root, monkeypatch):
     """A version-5 pack over HTTP: the open reads the head and blocks.bin; a block's first use reads its row group
     (every column and its keys) in one request, and the rows equal the local .npy columns."""
+    monkeypatch.setattr(row_groups, "FETCH_BYTES", 1)  # this pack's groups (275 KB) would all come at once
     directory, base_url = http_root
     shutil.copytree(pack, directory / "lazy-pack", dirs_exist_ok=True)
     url = base_url.rstrip("/") + "/lazy-pack"
@@ -190,6 +192,16 @@ def test_remote_open_reads_the_table_then_one_row_group_per_block_on_demand(pack
         np.testing.assert_array_equal(m.samples.arrays[name], local.samples.arrays[name])
     np.testing.assert_array_equal(np.asarray(m.key_blob), np.asarray(local.key_blob))
     np.testing.assert_array_equal(np.asarray(m.key_offsets), np.asarray(local.key_offsets))
+
+
+@pytest.mark.slow
+def test_a_small_remote_pack_reads_all_its_row_groups_in_one_request(pack, http_root):
+    directory, base_url = http_root
+    shutil.copytree(pack, directory / "small-pack", dirs_exist_ok=True)
+    m = open_manifest(base_url.rstrip("/") + "/small-pack")
+    reads = m.row_groups.storage.reads
+    m.validate_rows(0, 1)
+    assert m.row_groups.storage.reads == reads + 1 and m.row_groups.filled.all()
 
 
 @pytest.mark.slow
