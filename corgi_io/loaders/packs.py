@@ -80,6 +80,9 @@ class OnePack:
         few requests at a time instead of one per block (`Manifest.expect_blocks`)."""
         pieces = planner.worker_pieces(rank, worker, num_workers)
         self.manifest.expect_blocks(pieces[:, 0] if len(pieces) else pieces)
+        folder = self._cache.rows_folder(self.fingerprint)
+        if folder is not None and self.manifest.row_groups is not None:  # the node's ranks fetch each group once
+            self.manifest.share_rows(folder)
 
     @staticmethod
     def local(planner):

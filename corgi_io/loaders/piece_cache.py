@@ -38,6 +38,11 @@ class RemoteCache:
             self._cache, self._pid = self._open(manifest, storage, pack), os.getpid()
         return self._cache
 
+    def rows_folder(self, pack: str) -> str | None:
+        """The folder beside the pack's pieces where a node's processes keep its row groups (None: no cache)."""
+        return None if self.spec.cache_dir is None else os.path.join(self.spec.cache_dir,
+                                                                     pack[:FINGERPRINT_CHARS] + "-rows")
+
     def _open(self, manifest, storage, pack: str) -> PieceCache | None:
         """A new `PieceCache` in the pack's folder of `cache_dir`; None, with the warning, when the disk is full."""
         path = os.path.join(self.spec.cache_dir, pack[:FINGERPRINT_CHARS])

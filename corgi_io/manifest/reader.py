@@ -142,6 +142,12 @@ class Manifest:
         with open_storage(self.root, **self.storage_options) as storage:
             check_against_columns(self, storage, self.rows_bytes)
 
+    def share_rows(self, folder: str) -> None:
+        """Keep the row groups this process fetches in `folder`, shared by a node's processes (`RowGroups.share`);
+        nothing to do for a local or pre-version-5 pack."""
+        if self.row_groups is not None:
+            self.row_groups.share(folder)
+
     def expect_blocks(self, blocks) -> None:
         """The blocks this process will read, in order (a worker's plan): a remote version-5 pack fetches their
         rows with those it is asked for, FETCH_BYTES at a time (`RowGroups`); elsewhere nothing to do."""

@@ -21,6 +21,7 @@ the groups with them.
 """
 from __future__ import annotations
 
+import os
 import threading
 import zlib
 from pathlib import Path
@@ -188,10 +189,18 @@ class RowGroups:
         self.filled = np.zeros(len(table["first"]), dtype=bool)
         self.ahead, self.cursor = np.zeros(0, dtype=np.int64), 0
         self.lock = threading.Lock()
+        self.shared = None  # a node's folder of fetched groups (`share`)
 
     def columns(self) -> dict:
         """{name: GroupedColumn} of every per-sample column, the key offsets and the key blob."""
         return {name: GroupedColumn(self, name, array) for name, array in self.arrays.items()}
+
+    def share(self, folder: str) -> None:
+        """Keep each fetched group in `folder` (a file per block, written atomically) and look there before asking
+        the server: the ranks of a node with one cache folder fetch each group once.  A kept group is checked
+        as a fetched one is; one that fails is fetched again."""
+        os.makedirs(folder, exist_ok=True)
+        self.shared = folder
 
     def expect(self, blocks) -> None:
         """The blocks this process reads next, in order (a worker's plan): later fetches bring them along."""
@@ -230,16 +239,51 @@ class RowGroups:
         return np.asarray(picked, dtype=np.int64)
 
     def _fetch(self, blocks: np.ndarray) -> None:
-        """Read the groups of `blocks` (sorted), one range per run of adjacent blocks, in one `read_ranges`."""
+        """Read the groups of `blocks` (sorted): those the node's folder keeps from there, the others in one
+        `read_ranges`, one range per run of adjacent blocks (then kept in the folder)."""
+        if self.shared is not None:
+            blocks = blocks[[not self._place_kept(block) for block in blocks.tolist()]]
+            if not len(blocks):
+                return
         runs = np.split(blocks, np.flatnonzero(np.diff(blocks) != 1) + 1)
         starts = self.table["rows"]
         ranges = [(int(starts[run[0]]), int(starts[run[-1]] + self.stored[run[-1]] - starts[run[0]])) for run in runs]
         for run, data in zip(runs, self.storage.read_ranges(ROWS_PATH, ranges)):
             at = 0
             for block in run.tolist():
-                self._place(block, self.inflate(block, data[at:at + int(self.stored[block])]))
+                stored = data[at:at + int(self.stored[block])]
+                self._place(block, self.inflate(block, stored))
+                self._keep(block, stored)
                 at += int(self.stored[block])
             self.filled[run] = True
+
+    def _kept_path(self, block: int) -> str:
+        return os.path.join(self.shared, f"{block}.rows")
+
+    def _place_kept(self, block: int) -> bool:
+        """Place block `block`'s group from the node's folder; False when it is not there or fails its checks."""
+        try:
+            with open(self._kept_path(block), "rb") as f:
+                stored = f.read(int(self.stored[block]) + 1)
+            if len(stored) != self.stored[block]:
+                return False
+            self._place(block, self.inflate(block, stored))
+        except (OSError, ManifestError):
+            return False
+        self.filled[block] = True
+        return True
+
+    def _keep(self, block: int, stored: bytes) -> None:
+        """Write a fetched group to the node's folder; a full or read-only disk only means it is not kept."""
+        if self.shared is None:
+            return
+        from corgi_io.storage.atomic import atomic_output
+
+        try:
+            with atomic_output(self._kept_path(block), durable=False) as f:
+                f.write(stored)
+        except OSError:
+            pass
 
     def inflate(self, block: int, data: bytes) -> bytes:
         """Block `block`'s group inflated, never past its length; ManifestError unless it is exactly that long."""

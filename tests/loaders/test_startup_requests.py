@@ -72,3 +72,19 @@ def test_over_a_whole_epoch_a_rank_makes_at_most_its_piece_reads_and_8_more_requ
     pieces = sum(1 for method, path, _, _ in logged if method == "GET" and "/shard-" in path)
     assert abs(samples - ds.manifest.num_samples / 8) <= 32  # the rank's share, in batches of 32
     assert pieces >= len(ds.manifest.blocks) // 8 and len(logged) <= pieces + METADATA_REQUESTS, logged
+
+
+def test_the_ranks_of_a_node_with_one_cache_folder_fetch_each_row_group_once(served, http_server, tmp_path):
+    from corgi_io.loaders import Cache
+
+    url, prefix = served
+    since = len(http_server.requests())
+    for rank in range(4):  # four ranks of one node, reading with one cache folder
+        ds = CorgiPileDataset(url, ranks=Ranks(rank=rank, world_size=4), batching=Batches(32),
+                              cache=Cache(tmp_path / "node-cache", 10**9))
+        assert sum(len(batch["data"]) for batch in ds) > 0
+    row_fetches = [r for r in http_server.requests()[since:] if r[1] == f"{prefix}columns/rows.bin"]
+    groups = len(list((tmp_path / "node-cache").glob("*-rows/*.rows")))
+    assert groups == len(ds.manifest.blocks)
+    # these packs' groups fit in one fetch, which brings them all: alone, each rank would fetch rows.bin whole
+    assert sum(r[3] for r in row_fetches) <= 1.2 * ds.manifest.rows_bytes, (row_fetches, ds.manifest.rows_bytes)

@@ -240,3 +240,34 @@ def test_a_reader_never_yields_a_sample_of_a_block_whose_rows_are_damaged(copy_p
         got.extend(sample["index"] for sample in PieceReader(m, LocalStorage(str(root))).samples(plan))
     assert got == list(range(int(m.blocks.first[2])))
     assert str(info.value).startswith(f"{root}/columns: sample label outside") and "\n" not in str(info.value)
+
+
+def test_kept_row_groups_are_checked_and_a_damaged_one_is_fetched_again(pack, tmp_path, monkeypatch):
+    """A node's folder of row groups (`RowGroups.share`) is untrusted like the server: a kept group that fails
+    its checks is fetched again, and the rows equal the columns."""
+    from corgi_io.manifest.row_groups import RowGroups, read_table
+
+    monkeypatch.setattr(row_groups, "FETCH_BYTES", 1)  # fetch only the blocks asked for
+    m = open_manifest(pack)
+    counts = {"samples": m.num_samples, "blocks": len(m.blocks.first), "key_bytes": len(m.key_blob),
+              "rows_bytes": m.rows_bytes}
+
+    def groups():
+        storage = LocalStorage(str(pack))
+        made = RowGroups(storage, read_table(storage, counts, m.version, "blocks.bin"), counts, m.version)
+        made.share(str(tmp_path / "node"))
+        return made, storage
+
+    first, _ = groups()
+    first.ensure(0, 3)
+    kept = sorted(p.name for p in (tmp_path / "node").iterdir())
+    assert kept == ["0.rows", "1.rows", "2.rows"]
+    damaged = tmp_path / "node" / "1.rows"
+    damaged.write_bytes(bytes(b ^ 0x5A for b in damaged.read_bytes()))
+    second, storage = groups()
+    reads, read_bytes = storage.reads, storage.bytes_read  # the block table's
+    second.ensure(0, 3)
+    assert (storage.reads - reads, storage.bytes_read - read_bytes) == (1, second.stored[1])  # the damaged one
+    for name in ("label", "size", "offset"):
+        np.testing.assert_array_equal(second.arrays[name][:int(m.blocks.first[3])],
+                                      m.samples.arrays[name][:int(m.blocks.first[3])])
