@@ -56,9 +56,10 @@ def piece_key(piece) -> str:
 
 class PieceCache:
     """Pieces of one pack kept in a `CacheFolder` under a `CacheBook`'s policy, checked by a `PieceVerifier`
-    when fetched (before they are written) and whenever they are read back.  Counts its hits, fetches and
-    refetches (cached files that failed their check); `writing` turns False for good on a full disk or a failed
-    write; `writer.dropped` counts the fetched pieces left uncached because the writer's queue was full."""
+    when fetched (before they are written) and whenever they are read back.  Counts its hits (reads of the known
+    future served from the folder; a prefetch's is none), fetches and refetches (cached files that failed their
+    check); `writing` turns False for good on a full disk or a failed write; `writer.dropped` counts the fetched
+    pieces left uncached because the writer's queue was full."""
 
     def __init__(self, folder, book, verifier):
         self.folder, self.book, self.verifier = folder, book, verifier
@@ -91,7 +92,8 @@ class PieceCache:
         if data is None:  # not writing (the disk is full): no lock for the others to wait on
             return self._fetch(piece, key, fetch, advance)
         with self._lock:
-            self.hits += 1
+            if advance:  # a prefetch that finds its piece cached (just written for the read it waited on) serves none
+                self.hits += 1
             self.book.access(key, advance)
         return data
 
