@@ -14,11 +14,9 @@ bytes, and the shard reads.  Then rank 0 of W = 8 reads a whole epoch.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -40,16 +38,6 @@ pack(sys.argv[1], sys.argv[2], PackOptions(), workers=2, progress=False)
 """
 
 
-def text_tar(path: Path, n: int) -> None:
-    """A WebDataset tar of `n` samples, each one 10-byte text."""
-    with tarfile.open(path, "w") as tar:
-        for i in range(n):
-            data = f"text {i:07d}"[:10].encode()
-            info = tarfile.TarInfo(f"s{i:07d}.txt")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
 def run(tree: Path, code: str, *args) -> str:
     """Run `code` in a fresh Python whose corgi_io is `tree`'s; its stdout."""
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -68,6 +56,8 @@ def counted(server, prefix: str, since: int) -> tuple:
 
 
 def measure(server, tree: Path, work: Path, n: int, worlds: list) -> None:
+    from helpers.source_shards import text_tar
+
     name = f"pack-{n}"
     text_tar(work / f"{name}.tar", n)
     run(tree, PACK, work / f"{name}.tar", server.root / name)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -40,3 +41,13 @@ def stock_samples(out: Path) -> dict:
     shards = sorted(str(path) for path in out.glob("shard-*.tar"))
     return {sample["__key__"]: {name: value for name, value in sample.items() if not name.startswith("__")}
             for sample in wds.WebDataset(shards, shardshuffle=False)}
+
+
+def text_tar(path, n: int) -> None:
+    """A WebDataset tar of `n` samples, each one 10-byte text (start-up request counts, issue 31)."""
+    with tarfile.open(path, "w") as tar:
+        for i in range(n):
+            data = f"text {i:07d}"[:10].encode()
+            info = tarfile.TarInfo(f"s{i:07d}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))

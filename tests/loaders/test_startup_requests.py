@@ -7,28 +7,17 @@ most 4 MiB of metadata, the same at 2*10^4 and 10^5 samples, for W = 8 and W = 6
 """
 from __future__ import annotations
 
-import io
 import shutil
-import tarfile
 
 import pytest
 
 from corgi_io.loaders import Batches, CorgiPileDataset, Ranks
 from corgi_io.packing import PackOptions, pack
+from helpers.source_shards import text_tar
 
 pytestmark = pytest.mark.slow
 
 METADATA_REQUESTS, METADATA_BYTES = 8, 4 << 20
-
-
-def text_tar(path, n: int) -> None:
-    """A WebDataset tar of `n` samples, each one 10-byte text."""
-    with tarfile.open(path, "w") as tar:
-        for i in range(n):
-            data = f"text {i:05d}"[:10].encode()
-            info = tarfile.TarInfo(f"s{i:07d}.txt")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
 
 
 @pytest.fixture(scope="module", params=[20_000, 100_000], ids=["2e4", "1e5"])
