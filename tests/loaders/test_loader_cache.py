@@ -44,11 +44,12 @@ def pack_bytes(root: Path) -> int:
 
 
 def folder_bytes(cache_dir: Path) -> int:
-    """Bytes of the cached pieces now in the folder. The read-ahead thread evicts while we list, so a file that
-    vanishes between the listing and its stat counts as gone (it is)."""
+    """Bytes of the cached pieces now in the folder (not the kept row groups, `<pack>-rows/`, which the limit does
+    not count: docs/operations.md). The read-ahead thread evicts while we list, so a file that vanishes between
+    the listing and its stat counts as gone (it is)."""
     total = 0
     for path in cache_dir.rglob("*"):
-        if path.name.startswith("."):
+        if path.name.startswith(".") or path.parent.name.endswith("-rows"):
             continue
         try:
             total += path.stat().st_size if path.is_file() else 0
