@@ -3,7 +3,7 @@
 A reading thread that has fetched and checked a piece hands it over with `offer` and goes on at once:
 the piece's samples are already in its hands, so what happens to the copy offered (written, dropped) never
 changes what is yielded.  The pieces waiting hold at most `capacity` bytes (one piece, whatever its size,
-when none waits); a piece that does not fit is refused (it is not cached, and the reader never waits for
+when none waits) and are at most `most_items` (each holds its piece's lock, a file descriptor, until written); a piece that does not fit is refused (it is not cached, and the reader never waits for
 the disk) unless the caller asks to wait (a prefetch thread, which is not on the read path).  The thread
 runs at the lowest CPU priority, so that on a busy machine it takes the time the reads leave, and the
 queue fills and refuses rather than slow the reads.  The thread starts with the first piece and ends once no piece
@@ -18,6 +18,7 @@ import os
 import threading
 
 WRITE_QUEUE = 64 << 20  # bytes of the pieces waiting to be written, at most: memory beyond the reader's own bound
+WRITE_ITEMS = 64  # pieces waiting, at most: each holds its piece lock (a file descriptor) until it is written
 LINGER = 0.5  # seconds the idle thread waits for another piece before it ends
 _IDLE = object()  # what `_next` gives when the thread should end
 
@@ -25,8 +26,8 @@ _IDLE = object()  # what `_next` gives when the thread should end
 class CacheWriter:
     """Runs `write(item)` for each offered item, in order, on one background thread; `write` must not raise."""
 
-    def __init__(self, write, capacity: int = WRITE_QUEUE, linger: float = LINGER):
-        self._write, self.capacity, self.linger = write, capacity, linger
+    def __init__(self, write, capacity: int = WRITE_QUEUE, linger: float = LINGER, most_items: int = WRITE_ITEMS):
+        self._write, self.capacity, self.linger, self.most_items = write, capacity, linger, most_items
         self._waiting = collections.deque()  # (item, its bytes)
         self._queued = 0  # bytes waiting
         self._changed = threading.Condition()
@@ -38,7 +39,7 @@ class CacheWriter:
         """Queue `item` (`nbytes` to write) for writing; False (and nothing queued) when it does not fit and not
         `wait`."""
         with self._changed:
-            while self._waiting and self._queued + nbytes > self.capacity:
+            while self._waiting and (self._queued + nbytes > self.capacity or len(self._waiting) >= self.most_items):
                 if not wait:
                     self.dropped += 1
                     return False

@@ -37,6 +37,18 @@ def test_a_full_queue_refuses_at_once_and_a_flush_waits_for_every_write():
     assert written == [i for i, ok in enumerate(accepted) if ok]
 
 
+def test_the_queue_holds_at_most_its_items_however_small_they_are():
+    """Each waiting piece holds its lock's file descriptor: thousands of tiny pieces must not wait at once."""
+    gate, written = threading.Event(), []
+    writer = CacheWriter(lambda item: (gate.wait(10), written.append(item)), capacity=1 << 30, linger=0.05,
+                         most_items=4)
+    accepted = [writer.offer(i, 1) for i in range(100)]
+    assert accepted.count(True) in (4, 5) and writer.dropped == accepted.count(False)
+    gate.set()
+    writer.flush()
+    assert written == [i for i, ok in enumerate(accepted) if ok]
+
+
 def test_an_offer_that_waits_is_written():
     writer, gate, written = blocked_writer(capacity=1)
     done = []
