@@ -199,14 +199,31 @@ def open_manifest(source, storage_options: dict | None = None) -> Manifest:
     root, storage_options = str(source), dict(storage_options or {})
     storage = open_storage(root, **storage_options)
     head_url = storage.url(HEAD_NAME)
-    if not storage.exists(HEAD_NAME):
-        raise ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")
-    head = parse_head(_read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES), head_url)
+    head = parse_head(_read_head(storage, head_url), head_url)
     arrays = _read_v1_columns(storage, head) if head["version"] == 1 else _open_columns(storage, head)
     where = storage.url(COLUMNS_DIR if head["version"] > 1 else V1_COLUMNS_NAME)
     manifest = _build(root, head, arrays, storage_options, where)
     check_tables(manifest, where)
     return manifest
+
+
+def _read_head(storage, head_url: str) -> bytes:
+    """manifest.json's bytes: a local one through `_read_whole` (a regular file inside the root), a remote one with
+    `Storage.read_small` (one GET over HTTP: each round trip before the first batch is latency no read hides)."""
+    missing = ManifestError(f"{head_url}: no manifest here (is this the OUTPUT of `corgi pack`?)")
+    if storage.local_path(HEAD_NAME) is not None:
+        if not storage.exists(HEAD_NAME):
+            raise missing
+        return _read_whole(storage, HEAD_NAME, MAX_HEAD_BYTES)
+    try:
+        size, raw = storage.read_small(HEAD_NAME, MAX_HEAD_BYTES)
+    except FileNotFoundError:
+        raise missing from None
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise ManifestError(f"{head_url}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if raw is None or len(raw) > MAX_HEAD_BYTES:  # too large, or it grew since its size was asked
+        raise ManifestError(f"{head_url}: {max(size, len(raw or b''))} bytes, more than the {MAX_HEAD_BYTES} it may hold")
+    return raw
 
 
 def _read_whole(storage, relpath: str, most: int) -> bytes:

@@ -124,18 +124,18 @@ class PieceReader:
         buffer of the piece's length to read into instead (local storage, no cache), returned filled."""
         _, start, stop = piece
         self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
-        if self.verifier is not None and self.cache is None:  # the cache sizes a shard on its first fetch
-            self.verifier.check_shard_size(int(self.manifest.samples.shard[start]))
         path, offset, length = self.byte_range(piece)
-        if into is not None:
-            data = self.in_flight.run(self.storage.read_range_into, path, offset, into)
-        elif self.cache is not None:
+        if self.cache is not None:
             return self.cache.read(piece, functools.partial(self.in_flight.run, self.storage.read_range, path, offset,
                                                             length))  # checked there, fetched or not
+        if into is not None:
+            read = functools.partial(self.in_flight.run, self.storage.read_range_into, path, offset, into)
         else:
-            data = self.in_flight.run(self.storage.read_range, path, offset, length)
-        if self.verifier is not None:
-            self.verifier.check_piece(piece, data)
+            read = functools.partial(self.in_flight.run, self.storage.read_range, path, offset, length)
+        if self.verifier is None:
+            return read()
+        data = self.verifier.sized_read(int(self.manifest.samples.shard[start]), read)
+        self.verifier.check_piece(piece, data)
         return data
 
     def warm(self, pieces) -> None:

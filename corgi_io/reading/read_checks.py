@@ -3,8 +3,9 @@
 Two checks run on every piece the reader fetches, in the reading thread, before any of
 the piece's samples can be yielded:
 
-* the first read of each shard (per process) compares the shard's size with the manifest's,
-  so a truncated, extended or swapped shard fails before its samples are used, without a
+* the first read of each shard (per process) compares the shard's size with the manifest's (over HTTP,
+  the size its answer's Content-Range gives: no request of its own), so a truncated, extended or
+  swapped shard fails before its samples are used, without a
   metadata call per shard at start-up (at 100 TB in 512 MiB shards that would be ~190k stat
   or HEAD calls per rank); through a cache of remote pieces, the first *fetch* of each shard
   (`corgi_io.reading.piece_cache`): a piece served from the cache is the manifest's bytes by its
@@ -46,12 +47,32 @@ class PieceVerifier:
             if shard_id not in self._sized:
                 self._check_size(shard_id)
 
+    def sized_read(self, shard_id: int, read):
+        """`read()` of a piece of shard `shard_id`, its shard's size checked on the first read: before it, or, where
+        the storage learns sizes from its answers (`Storage.sizes_from_reads`: HTTP's Content-Range), after it, from
+        that answer, with no request of its own (a round trip fewer before each process's first piece).  A read
+        that failed on a shard that changed size raises the shard's CorruptDataError, not the read's error."""
+        if not self.storage.sizes_from_reads or shard_id in self._sized:
+            self.check_shard_size(shard_id)
+            return read()
+        try:
+            data = read()
+        except FileNotFoundError:
+            raise self._missing(shard_id) from None
+        except StorageError:
+            if self.storage.known_size(self.manifest.shards[shard_id].path) is not None:
+                self.check_shard_size(shard_id)  # the answer told a size: a shorter shard is named as such
+            raise
+        self.check_shard_size(shard_id)
+        return data
+
     def _check_size(self, shard_id: int) -> None:
         shard = self.manifest.shards[shard_id]
         try:
-            actual = self.storage.size(shard.path)
+            actual = self.storage.known_size(shard.path)
+            actual = self.storage.size(shard.path) if actual is None else actual
         except FileNotFoundError:
-            raise StorageError(f"{self.storage.url(shard.path)}: shard listed in the manifest is missing") from None
+            raise self._missing(shard_id) from None
         if actual != shard.bytes:
             change, offset = ("truncated", actual) if actual < shard.bytes else ("grown", shard.bytes)
             raise CorruptDataError(f"{self.storage.url(shard.path)}: byte offset {offset}: shard is {actual} bytes, "
@@ -59,6 +80,10 @@ class PieceVerifier:
                                    offset=offset)
         with self._lock:
             self._sized.add(shard_id)
+
+    def _missing(self, shard_id: int) -> StorageError:
+        return StorageError(f"{self.storage.url(self.manifest.shards[shard_id].path)}: shard listed in the manifest "
+                            "is missing")
 
     def check_size_of(self, piece) -> None:
         """`check_shard_size` of the shard that holds `piece` (block, start, stop)."""

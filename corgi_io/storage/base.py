@@ -9,6 +9,7 @@ with its errno) when the file itself is missing or unreadable, so that callers c
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import threading
 from corgi_io.errors import ArgumentError
@@ -21,6 +22,7 @@ class Storage(abc.ABC):
     (a new process, a forked DataLoader worker or an unpickled copy, rebuilds its handles on first use)."""
 
     reads_in_flight: tuple = (1, 1)  # (first, most) ranged reads a reader keeps in flight on this storage
+    sizes_from_reads = False  # True where a ranged read's answer tells the file's size (`known_size`)
 
     def __init__(self, root: str):
         self.root = root.rstrip("/") or "/"
@@ -72,9 +74,24 @@ class Storage(abc.ABC):
     def read_all(self, relpath: str) -> bytes:
         """The whole file (a manifest part or an index sidecar); not counted in `reads`."""
 
+    def read_small(self, relpath: str, most: int) -> tuple:
+        """(size, bytes) of a whole small file (a manifest's head), the bytes None when it holds more than `most`
+        (not read); FileNotFoundError when it is missing.  Its look-up gets the short `open_retry_seconds` budget
+        where the storage has one, so that a wrong root fails fast.  Here three calls (exists, size, read_all: the
+        caller checks that the bytes did not outgrow `most`); HttpStorage makes them one GET."""
+        if not self.exists(relpath):
+            raise FileNotFoundError(errno.ENOENT, "not found", self.url(relpath))
+        size = self.size(relpath)
+        return size, (self.read_all(relpath) if size <= most else None)
+
     @abc.abstractmethod
     def size(self, relpath: str) -> int:
         """The file's size in bytes."""
+
+    def known_size(self, relpath: str) -> int | None:
+        """The file's size as an earlier answer told it (HTTP's Content-Range), without a request; None if unknown.
+        Readers check a shard's size from there after its first read instead of asking first (a round trip)."""
+        return None
 
     @abc.abstractmethod
     def exists(self, relpath: str) -> bool:

@@ -30,6 +30,7 @@ from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, p
 
 MAX_REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
+_TOTAL = re.compile(r"^bytes (?:\d+-\d+|\*)/(\d+)$")  # the file's size at the end of a Content-Range
 
 
 class HttpStatusError(Exception):
@@ -75,6 +76,7 @@ class HttpStorage(RetryingStorage):
     """
 
     reads_in_flight = (3, 8)  # (first, most): reads overlap outside the GIL here; see docs/operations.md
+    sizes_from_reads = True   # every range answer's Content-Range ends with the file's size
 
     def __init__(self, root: str, *, headers: dict | None = None, timeout: float = 30.0, deadline: float = 120.0,
                  **retry_settings):
@@ -83,6 +85,7 @@ class HttpStorage(RetryingStorage):
         self.deadline = check_number("deadline", deadline, strict=True)
         self._manager = None
         self._multi_range = True  # until a server answers a multi-range request with the whole file
+        self._sizes = {}          # url -> the size its last range answer gave (`known_size`): one int per file read
 
     classify = staticmethod(classify_http_error)
     underlying = staticmethod(_unwrap)
@@ -109,6 +112,7 @@ class HttpStorage(RetryingStorage):
             return resp
         resp.close()  # an error body is not read: its size is the server's to choose
         resp.release_conn()
+        self._learn_size(url, resp)  # a 416 says how long the file is
         if status_kind(resp.status) == MISSING:
             raise FileNotFoundError(errno.ENOENT, f"not found (HTTP {resp.status})", url)
         raise HttpStatusError(resp.status, resp.reason or "", parse_retry_after(resp.headers.get("Retry-After")))
@@ -121,6 +125,7 @@ class HttpStorage(RetryingStorage):
 
     def _get_range(self, url: str, offset: int, length: int) -> bytes:
         resp = self._request("GET", url, {"Range": f"bytes={offset}-{offset + length - 1}"})
+        self._learn_size(url, resp)  # before the answer is checked: a short one is told apart from a shorter file
         try:
             _check_range_answer(url, resp, offset, length)
             data = self._read_body(resp, length + 1)  # one byte more: a longer body is refused
@@ -181,6 +186,42 @@ class HttpStorage(RetryingStorage):
             finally:
                 resp.release_conn()
         return self._retry("read", relpath, None, get)
+
+    def read_small(self, relpath: str, most: int) -> tuple:
+        """(size, bytes or None past `most`) with one GET within `open_retry_seconds` (a look-up: one round trip
+        where `exists`, `size` and `read_all` took three); the body is bounded by Content-Length before it is read,
+        and read to at most `most` + 1 bytes when the answer has none."""
+        url = self.url(relpath)
+
+        def get():
+            resp = self._request("GET", url)
+            try:
+                declared = resp.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > most:
+                    resp.close()  # not read: the caller refuses it
+                    return int(declared), None
+                data = self._read_body(resp, most + 1)
+                return len(data), (data if len(data) <= most else None)
+            except BaseException:
+                resp.close()
+                raise
+            finally:
+                resp.release_conn()
+        return self._retry("lookup", relpath, None, get, budget=self.open_retry_seconds)
+
+    def known_size(self, relpath: str) -> int | None:
+        """The size the last range answer for `relpath` gave (the total of its Content-Range), None before one."""
+        return self._sizes.get(self.url(relpath))
+
+    def _learn_size(self, url: str, resp) -> None:
+        """Keep the file's size a range answer tells: the total of its Content-Range (a 206's or a 416's), or a
+        200's Content-Length."""
+        total = _TOTAL.search(resp.headers.get("Content-Range", ""))
+        length = resp.headers.get("Content-Length", "")
+        if total:
+            self._sizes[url] = int(total[1])
+        elif resp.status == 200 and length.isdigit():
+            self._sizes[url] = int(length)
 
     def size(self, relpath: str) -> int:
         """Content-Length of a HEAD answer."""
