@@ -36,6 +36,7 @@ from corgi_io.manifest.schema import BLOCK_COLUMNS, BLOCKS_PATH, ROWS_PATH, colu
 TABLE_EXTRA = ("rows", "keys")  # blocks.bin's columns after BLOCK_COLUMNS: group offset, first key byte
 TABLE_COLUMNS = (*BLOCK_COLUMNS, *TABLE_EXTRA)
 FETCH_BYTES = 2 << 20  # row-group bytes one fetch brings at most, the blocks asked for plus those planned next
+GAP_BYTES = 64 << 10   # groups this close share one range: reading the gap costs less than another request
 WRITE_ROWS = 1 << 16   # rows the writer reads from the .npy columns at once: bounds its memory
 
 
@@ -169,6 +170,19 @@ def check_table(columns: dict, counts: dict, version: int, where: str) -> None:
     if len(rows) and (rows[0] != 0 or np.any(np.diff(rows) < 1) or rows[-1] >= counts["rows_bytes"]):
         raise ManifestError(f"{where}: the row groups do not lie end to end in {ROWS_PATH} "
                             f"({counts['rows_bytes']} bytes)")
+    first, count = columns["first"], columns["count"]
+    if int(count.sum()) != counts["samples"] or np.any(first != np.cumsum(count) - count):
+        raise ManifestError(f"{where}: the blocks do not tile the head's {counts['samples']} samples")
+    stored = np.diff(np.append(rows, counts["rows_bytes"]))
+    too_big = np.flatnonzero(stored > deflate_bound(group_lengths(count, keys, counts["key_bytes"], version)))
+    if len(too_big):
+        raise ManifestError(f"{where}: block {int(too_big[0])}'s row group takes {int(stored[too_big[0]])} bytes, "
+                            "more than its rows can deflate to")
+
+
+def deflate_bound(lengths: np.ndarray) -> np.ndarray:
+    """The most bytes zlib can deflate each of `lengths` bytes to (zlib's compressBound, with room to spare)."""
+    return lengths + lengths // 1000 + 64
 
 
 class RowGroups:
@@ -199,7 +213,10 @@ class RowGroups:
         """Keep each fetched group in `folder` (a file per block, written atomically) and look there before asking
         the server: the ranks of a node with one cache folder fetch each group once.  A kept group is checked
         as a fetched one is; one that fails is fetched again."""
-        os.makedirs(folder, exist_ok=True)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:  # a full or read-only disk: the groups are not kept, the reads go on
+            return
         self.shared = folder
 
     def expect(self, blocks) -> None:
@@ -228,15 +245,26 @@ class RowGroups:
                 self._fetch(np.union1d(needed, self._next_expected(int(self.stored[needed].sum()))))
 
     def _next_expected(self, taken: int) -> np.ndarray:
-        """The next expected blocks not here yet, as many as FETCH_BYTES leaves room for after `taken` bytes."""
-        picked = []
+        """The next expected blocks not here yet, as many as FETCH_BYTES leaves room for after `taken` bytes, and
+        no more than make the storage's `ranges_per_request` ranges (a storage that reads one range a request
+        brings fewer blocks a fetch, rather than a request per scattered block)."""
+        picked, most = [], max(1, getattr(self.storage, "ranges_per_request", 1))
         while self.cursor < len(self.ahead) and taken < FETCH_BYTES:
             block = int(self.ahead[self.cursor])
             if 0 <= block < len(self.filled) and not self.filled[block]:
+                if len(picked) >= most and len(self.spans(np.unique([*picked, block]))) > most:
+                    break
                 picked.append(block)
                 taken += int(self.stored[block])
             self.cursor += 1
         return np.asarray(picked, dtype=np.int64)
+
+    def spans(self, blocks: np.ndarray) -> list:
+        """(first block, last block) of each byte range that reads the groups of `blocks` (sorted): adjacent groups,
+        and groups less than GAP_BYTES apart (the gap read too), share one."""
+        starts, ends = self.table["rows"][blocks], self.table["rows"][blocks] + self.stored[blocks]
+        cuts = np.flatnonzero(starts[1:] - ends[:-1] > GAP_BYTES) + 1
+        return [(int(run[0]), int(run[-1])) for run in np.split(blocks, cuts)] if len(blocks) else []
 
     def _fetch(self, blocks: np.ndarray) -> None:
         """Read the groups of `blocks` (sorted): those the node's folder keeps from there, the others in one
@@ -245,17 +273,16 @@ class RowGroups:
             blocks = blocks[[not self._place_kept(block) for block in blocks.tolist()]]
             if not len(blocks):
                 return
-        runs = np.split(blocks, np.flatnonzero(np.diff(blocks) != 1) + 1)
-        starts = self.table["rows"]
-        ranges = [(int(starts[run[0]]), int(starts[run[-1]] + self.stored[run[-1]] - starts[run[0]])) for run in runs]
-        for run, data in zip(runs, self.storage.read_ranges(ROWS_PATH, ranges)):
-            at = 0
-            for block in run.tolist():
+        starts, spans = self.table["rows"], self.spans(blocks)
+        ranges = [(int(starts[a]), int(starts[z] + self.stored[z] - starts[a])) for a, z in spans]
+        wanted = set(blocks.tolist())
+        for (a, z), data in zip(spans, self.storage.read_ranges(ROWS_PATH, ranges), strict=True):
+            for block in (b for b in range(a, z + 1) if b in wanted):  # a gap's groups are read, not placed
+                at = int(starts[block] - starts[a])
                 stored = data[at:at + int(self.stored[block])]
                 self._place(block, self.inflate(block, stored))
                 self._keep(block, stored)
-                at += int(self.stored[block])
-            self.filled[run] = True
+                self.filled[block] = True
 
     def _kept_path(self, block: int) -> str:
         return os.path.join(self.shared, f"{block}.rows")

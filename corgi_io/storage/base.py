@@ -22,6 +22,7 @@ class Storage(abc.ABC):
     (a new process, a forked DataLoader worker or an unpickled copy, rebuilds its handles on first use)."""
 
     reads_in_flight: tuple = (1, 1)  # (first, most) ranged reads a reader keeps in flight on this storage
+    ranges_per_request: int = 1      # byte ranges one request can carry (`read_ranges`); HTTP: multi-range
     sizes_from_reads = False  # True where a ranged read's answer tells the file's size (`known_size`)
 
     def __init__(self, root: str):

@@ -87,6 +87,11 @@ class HttpStorage(RetryingStorage):
         self._multi_range = True  # until a server answers a multi-range request with the whole file
         self._sizes = {}          # url -> the size its last range answer gave (`known_size`): one int per file read
 
+    @property
+    def ranges_per_request(self) -> int:
+        """MAX_RANGES a request (multi-range), until a server answers one with the whole file."""
+        return MAX_RANGES if self._multi_range else 1
+
     classify = staticmethod(classify_http_error)
     underlying = staticmethod(_unwrap)
     retry_after = staticmethod(_retry_after)
