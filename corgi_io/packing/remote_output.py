@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -74,6 +75,10 @@ class RemoteOutput:
         finished head, or its partial folder, into the staging folder."""
         self.listing = {path: size for path, size in self.writer.sizes().items() if path != LOCK_NAME}
         partial = [path for path in self.listing if path.startswith(PARTIAL_DIR + "/")]
+        unsafe = next((path for path in partial if not _partial_name(path)), None)
+        if unsafe is not None:  # it would be downloaded to a path of its choosing
+            raise PackError(f"{self.writer.url_of(unsafe)}: not a name a pack writes in {PARTIAL_DIR}/; remove it, "
+                            "or pass --overwrite")
         foreign = sorted(path for path in self.listing if not _ours(path))
         if foreign and not overwrite and HEAD_NAME not in self.listing and f"{PARTIAL_DIR}/{PLAN_NAME}" not in partial:
             raise PackError(f"{self.url}: not empty and holds no corgi pack ({self.writer.url_of(foreign[0])}...); "
@@ -135,6 +140,12 @@ def write_and_upload(writer: ObjectWriter, task: WriteTask) -> UnitDone:
     for path in shards:
         path.unlink(missing_ok=True)
     return done
+
+
+def _partial_name(path: str) -> bool:
+    """Whether `path` is one file right inside the partial folder, named as a pack names its files there."""
+    name = path[len(PARTIAL_DIR) + 1:]
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}", name) is not None and ".." not in name
 
 
 def _ours(path: str) -> bool:

@@ -131,6 +131,21 @@ def test_a_lock_held_on_another_host_refuses_the_pack_in_one_line(corgi, server,
     assert list(objects(server, url)) == [".corgi-lock"]  # nothing written, the other run's lock kept
 
 
+def test_a_partial_object_named_out_of_the_staging_folder_is_refused_not_downloaded(corgi, server, bucket,
+                                                                                   tmp_path):
+    """The store is untrusted: a resumed pack downloads its partial folder into staging, so a key such as
+    `.corgi-partial/../../x` must never name a local path."""
+    url, escaped = f"{bucket}/escape", tmp_path / "ESCAPED"
+    key = "escape/.corgi-partial/" + "../" * 12 + str(escaped).lstrip("/")
+    client = server.client()
+    client.put_object(Bucket=bucket[len("s3://"):], Key="escape/.corgi-partial/plan.json", Body=b"{}")
+    client.put_object(Bucket=bucket[len("s3://"):], Key=key, Body=b"owned")
+    result = corgi("pack", make_corpus(tmp_path / "src", 6), url, *FLAGS, "--storage-option",
+                   f"endpoint_url={server.url}", "--staging", tmp_path / "staging")
+    assert result.exit_code != 0 and not escaped.exists()
+    assert result.stderr.count("\n") == 1 and "not a name a pack writes" in result.stderr, result.stderr
+
+
 def test_a_failed_pack_releases_its_lock(server, bucket, tmp_path, write_user_module):
     write_user_module("corgi_test_failing_size", "def size(path):\n    raise SystemExit('no sizes today')\n")
     with pytest.raises(PackError, match="no sizes today"):
