@@ -24,6 +24,7 @@ plus the payloads held, sampled whenever a read is submitted (the only moment th
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 from corgi_io.reading.read_checks import PieceVerifier
 
@@ -98,7 +99,7 @@ class PieceReader:
         would fetch the block's rows in the consumer's thread instead of the reading thread's)."""
         block, start, stop = (int(x) for x in piece)
         b = self.manifest.blocks
-        if start == b.first[block] and stop == b.first[block] + b.count[block]:
+        if self._whole(piece):
             return self.manifest.shards[int(b.shard[block])].path, int(b.offset[block]), int(b.length[block])
         s = self.manifest.samples
         offset = int(s.offset[start])
@@ -121,22 +122,38 @@ class PieceReader:
 
     def read_piece(self, piece, into=None) -> bytes:
         """A piece's records: one ranged read (or the cache's copy), verified when verification is on.  `into`: a
-        buffer of the piece's length to read into instead (local storage, no cache), returned filled."""
-        _, start, stop = piece
-        self.manifest.validate_rows(start, stop)  # the piece's rows, once per block, before they are trusted
+        buffer of the piece's length to read into instead (local storage, no cache), returned filled.
+
+        The piece's rows are checked, once per block, before they are trusted.  A whole block of a remote pack has
+        its byte range from the block table (checked at open): its rows are then fetched and checked on a thread of
+        their own while its bytes are read, so that the two round trips overlap instead of adding up before a
+        process's first pieces; its bytes are checked once both are in."""
+        block, start, stop = (int(x) for x in piece)
+        if self.manifest.row_groups is None or self.manifest.rows_checked[block] or not self._whole(piece):
+            self.manifest.validate_rows(start, stop)
+            return self._read_checked(piece, into)
+        with ThreadPoolExecutor(1, thread_name_prefix="corgi-rows") as pool:
+            return self._read_checked(piece, into, pool.submit(self.manifest.validate_rows, start, stop).result)
+
+    def _read_checked(self, piece, into=None, rows_checked=None) -> bytes:
+        """`read_piece` once its rows are checked, or once `rows_checked()` returns after the read."""
         path, offset, length = self.byte_range(piece)
+        read = self.storage.read_range if into is None else self.storage.read_range_into
+        fetch = functools.partial(_then, functools.partial(self.in_flight.run, read, path, offset,
+                                                           length if into is None else into), rows_checked)
         if self.cache is not None:
-            return self.cache.read(piece, functools.partial(self.in_flight.run, self.storage.read_range, path, offset,
-                                                            length))  # checked there, fetched or not
-        if into is not None:
-            read = functools.partial(self.in_flight.run, self.storage.read_range_into, path, offset, into)
-        else:
-            read = functools.partial(self.in_flight.run, self.storage.read_range, path, offset, length)
+            return self.cache.read(piece, fetch)  # checked there, fetched or not
         if self.verifier is None:
-            return read()
-        data = self.verifier.sized_read(int(self.manifest.samples.shard[start]), read)
+            return fetch()
+        data = self.verifier.sized_read(int(self.manifest.blocks.shard[int(piece[0])]), fetch)  # no row needed
         self.verifier.check_piece(piece, data)
         return data
+
+    def _whole(self, piece) -> bool:
+        """Whether `piece` (block, start, stop) is its whole block."""
+        block, start, stop = (int(x) for x in piece)
+        first = int(self.manifest.blocks.first[block])
+        return start == first and stop == first + int(self.manifest.blocks.count[block])
 
     def warm(self, pieces) -> None:
         """Fetch `pieces` into the cache in the background, for later (`PieceCache.warm`)."""
@@ -162,6 +179,14 @@ class PieceReader:
             self.pool.give(buffer)
             raise
         return PieceRows(int(piece[1]), buffer, self.splitter.columns(piece), self.pool.give)
+
+
+def _then(read, after=None) -> bytes:
+    """`read()`'s bytes, once `after()` (when given) has returned too."""
+    data = read()
+    if after is not None:
+        after()
+    return data
 
 
 def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, threads: int):
