@@ -51,6 +51,12 @@ def parse_parts(url: str, content_type: str, body: bytes) -> list:
         at = head_end + 4 + len(data)
 
 
+def covers(parts: list, ranges: list) -> bool:
+    """Whether every asked (offset, length) lies inside one of the [(start, data)] parts."""
+    return all(any(start <= offset and offset + length <= start + len(data) for start, data in parts)
+               for offset, length in ranges)
+
+
 def cut_ranges(url: str, parts: list, ranges: list) -> list:
     """The bytes of each asked (offset, length), cut from the parts that cover it (a server may merge ranges)."""
     out = []

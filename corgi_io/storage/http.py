@@ -24,7 +24,7 @@ from urllib3.exceptions import HTTPError, LocationValueError, MaxRetryError, Res
 
 from corgi_io.arguments import check_number
 from corgi_io.errors import StorageError
-from corgi_io.storage.byteranges import MAX_RANGES, body_bound, cut_ranges, parse_parts, range_header
+from corgi_io.storage.byteranges import MAX_RANGES, body_bound, covers, cut_ranges, parse_parts, range_header
 from corgi_io.storage.deadlines import WATCHDOG
 from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, parse_retry_after, status_kind
 
@@ -153,7 +153,7 @@ class HttpStorage(RetryingStorage):
                 self.reads += 1
                 self.bytes_read += sum(length for _, length in some)
             got = self._retry("read", relpath, some[0][0], lambda: self._get_ranges(url, some))
-            if got is None:  # the server sent the whole file: not read, and not asked so again
+            if got is None:  # the whole file (not read) or one range of several: not asked so again
                 self._multi_range = False
                 return out + super().read_ranges(relpath, ranges[at:])
             out += got
@@ -171,8 +171,9 @@ class HttpStorage(RetryingStorage):
             content_type = resp.headers.get("Content-Type", "")
             if content_type.lower().startswith("multipart/"):
                 return cut_ranges(url, parse_parts(url, content_type, body), ranges)
-            got = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))  # the server merged the ranges
-            return cut_ranges(url, [(int(got[1]), body)] if got else [], ranges)
+            got = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))  # one part: merged ranges, or the first
+            part = [(int(got[1]), body)] if got else []
+            return cut_ranges(url, part, ranges) if covers(part, ranges) else None  # None: ask range by range
         except BaseException:
             resp.close()
             raise
