@@ -77,17 +77,11 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
     staged in the folder `staging` (default: a temporary one) and uploaded as it is finished, its manifest
     last, under a lock object (remote_output.py); a rerun resumes from what the store holds.
     """
-    fmt = get_format(options.format)
-    if options.order not in layout.ORDERS:
-        raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
-    if options.size_fn:
-        load_function(options.size_fn, "--size-fn")  # fail before any work, not in every task
-    if map_timeout is not None:
-        check_number("map_timeout", map_timeout)
+    fmt = _checked_format(options, map_timeout)
     source = os.fspath(source)
     form = source_form(source, options.source_form)
-    remote = is_object_store(output)
-    with remote_output(os.fspath(output), storage_options, staging) if remote else contextlib.nullcontext() as remote:
+    to_store = is_object_store(output)
+    with remote_output(os.fspath(output), storage_options, staging) if to_store else contextlib.nullcontext() as remote:
         folder = remote.staging if remote else Path(output).absolute()  # tasks may run in another working directory
         try:
             with _locked_output(source, form, folder, remote), PackProgress(progress) as display, \
@@ -103,6 +97,18 @@ def pack(source, output, options: PackOptions = PackOptions(), *, workers: int =
             raise PackError(f"{remote.url if remote else folder}: the pack stopped: {plain_message(exc)} "
                             f"({RESUME_HINT})") from None
     return open_manifest(remote.url, read_options(storage_options)) if remote else open_manifest(folder)
+
+
+def _checked_format(options: PackOptions, map_timeout) -> object:
+    """The format module of `options`, once the options that can fail before any work are checked."""
+    fmt = get_format(options.format)
+    if options.order not in layout.ORDERS:
+        raise PackError(f"order must be one of {layout.ORDERS}, not {options.order!r}")
+    if options.size_fn:
+        load_function(options.size_fn, "--size-fn")  # fail before any work, not in every task
+    if map_timeout is not None:
+        check_number("map_timeout", map_timeout)
+    return fmt
 
 
 def _pack(source: str, form: str, output: Path, remote, options: PackOptions, fmt, executor, display, *,
