@@ -32,6 +32,7 @@ from corgi_io.errors import ManifestError
 from corgi_io.manifest.columns import HEADER_READ, parse_header
 from corgi_io.manifest.ranged import LazyColumn, anonymous_array
 from corgi_io.manifest.schema import BLOCK_COLUMNS, BLOCKS_PATH, ROWS_PATH, column_path, sample_columns
+from corgi_io.storage.base import RANGES_AT_ONCE
 
 TABLE_EXTRA = ("rows", "keys")  # blocks.bin's columns after BLOCK_COLUMNS: group offset, first key byte
 TABLE_COLUMNS = (*BLOCK_COLUMNS, *TABLE_EXTRA)
@@ -245,10 +246,11 @@ class RowGroups:
                 self._fetch(np.union1d(needed, self._next_expected(int(self.stored[needed].sum()))))
 
     def _next_expected(self, taken: int) -> np.ndarray:
-        """The next expected blocks not here yet, as many as FETCH_BYTES leaves room for after `taken` bytes, and
-        no more than make the storage's `ranges_per_request` ranges (a storage that reads one range a request
-        brings fewer blocks a fetch, rather than a request per scattered block)."""
-        picked, most = [], max(1, getattr(self.storage, "ranges_per_request", 1))
+        """The next expected blocks not here yet, as many as FETCH_BYTES leaves room for after `taken` bytes, in
+        no more ranges than one request carries (`ranges_per_request`), or than one round of concurrent requests
+        (RANGES_AT_ONCE) where a request carries one: never a request per scattered block of a whole plan."""
+        per_request = self.storage.ranges_per_request
+        picked, most = [], per_request if per_request > 1 else RANGES_AT_ONCE  # one request, or one round of them
         while self.cursor < len(self.ahead) and taken < FETCH_BYTES:
             block = int(self.ahead[self.cursor])
             if 0 <= block < len(self.filled) and not self.filled[block]:

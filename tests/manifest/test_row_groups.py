@@ -11,6 +11,7 @@ from corgi_io.manifest import open_manifest
 from corgi_io.manifest import row_groups
 from corgi_io.manifest.row_groups import TABLE_COLUMNS, RowGroups, read_table
 from corgi_io.storage import LocalStorage
+from corgi_io.storage.base import RANGES_AT_ONCE
 from helpers.packs import synthetic_pack
 
 
@@ -57,10 +58,11 @@ def test_one_range_a_request_storage_fetches_one_range_per_fetch_for_scattered_b
     mine = np.arange(0, len(m.blocks.first), 8)  # one worker of 8: every 8th block
     groups.expect(mine)
     groups.ensure(0, 1)
-    assert storage.reads - reads == 1 and groups.filled.sum() == 1  # one range a request: the block asked for
+    # one range a request: one round of RANGES_AT_ONCE requests, the block asked for and the next planned ones
+    assert storage.reads - reads == groups.filled.sum() == RANGES_AT_ONCE
     monkeypatch.setattr(row_groups, "GAP_BYTES", 64 << 10)  # 7 groups of 880 bytes between two of mine: one range
-    groups.ensure(8, 9)
-    assert storage.reads - reads == 2 and groups.filled[mine].sum() > 2  # one range, several planned blocks
+    groups.ensure(8 * RANGES_AT_ONCE, 8 * RANGES_AT_ONCE + 1)
+    assert storage.reads - reads == RANGES_AT_ONCE + 1 and groups.filled[mine].sum() > RANGES_AT_ONCE + 1
     assert not groups.filled[np.setdiff1d(np.arange(len(m.blocks.first)), mine)].any()  # a gap is not placed
     for name in ("size", "label", "checksum"):
         done = np.flatnonzero(groups.filled)
