@@ -205,6 +205,7 @@ class RowGroups:
         self.ahead, self.cursor = np.zeros(0, dtype=np.int64), 0
         self.lock = threading.Lock()
         self.shared = None  # a node's folder of fetched groups (`share`)
+        self.failures, self.failure = 0, None  # fetches that failed, the last one's error: threads that waited for it
 
     def columns(self) -> dict:
         """{name: GroupedColumn} of every per-sample column, the key offsets and the key blob."""
@@ -238,12 +239,19 @@ class RowGroups:
         """Fetch the groups of blocks [lo, hi) that are not here yet, with the expected next ones."""
         if self.filled[lo:hi].all():
             return
+        failures = self.failures
         with self.lock:
+            if self.failures != failures:  # the fetch this thread waited for failed, its retries spent: so does this
+                raise self.failure
             needed = lo + np.flatnonzero(~self.filled[lo:hi])
-            if len(needed) and self.stored.sum() <= FETCH_BYTES:  # a small pack's groups all come at once, and a
-                self._fetch(np.flatnonzero(~self.filled))        # later epoch's other blocks need no request
-            elif len(needed):
-                self._fetch(np.union1d(needed, self._next_expected(int(self.stored[needed].sum()))))
+            try:
+                if len(needed) and self.stored.sum() <= FETCH_BYTES:  # a small pack's groups all come at once, and
+                    self._fetch(np.flatnonzero(~self.filled))        # a later epoch's other blocks need no request
+                elif len(needed):
+                    self._fetch(np.union1d(needed, self._next_expected(int(self.stored[needed].sum()))))
+            except Exception as exc:
+                self.failures, self.failure = self.failures + 1, exc
+                raise
 
     def _next_expected(self, taken: int) -> np.ndarray:
         """The next expected blocks not here yet, as many as FETCH_BYTES leaves room for after `taken` bytes, in
