@@ -219,7 +219,7 @@ def bench(args) -> None:
         nginx = stack.enter_context(NginxServer(www))
         moto = MotoServer().start()
         stack.callback(moto.stop)
-        upload(moto.url, {"corgi": data["corgi"], "litdata": data["litdata"]})
+        upload(moto.url, {kind: data[kind] for kind in ("corgi", "litdata") if data[kind] is not None})
         proxies = {(server, delay): stack.enter_context(LatencyProxy(port, delay, args.rate))
                    for server, port in (("http", nginx.port), ("s3", moto.port)) for delay in (0.0, args.delay_ms / 1000)}
         print(f"# {args.n} JPEGs, {sum(p.stat().st_size for p in data['corgi'].rglob('*.tar')) / 1e6:.1f} MB; "

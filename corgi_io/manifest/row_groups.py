@@ -37,7 +37,8 @@ from corgi_io.storage.base import RANGES_AT_ONCE
 TABLE_EXTRA = ("rows", "keys")  # blocks.bin's columns after BLOCK_COLUMNS: group offset, first key byte
 TABLE_COLUMNS = (*BLOCK_COLUMNS, *TABLE_EXTRA)
 FETCH_BYTES = 2 << 20  # row-group bytes one fetch brings at most, the blocks asked for plus those planned next
-GAP_BYTES = 64 << 10   # groups this close share one range: reading the gap costs less than another request
+GAP_BYTES = 64 << 10   # where a request carries one range, groups this close share one: the gap costs less than a
+                       # request (HTTP carries many ranges a request: no gap is read there)
 WRITE_ROWS = 1 << 16   # rows the writer reads from the .npy columns at once: bounds its memory
 
 
@@ -271,9 +272,10 @@ class RowGroups:
 
     def spans(self, blocks: np.ndarray) -> list:
         """(first block, last block) of each byte range that reads the groups of `blocks` (sorted): adjacent groups,
-        and groups less than GAP_BYTES apart (the gap read too), share one."""
+        and, where a request carries one range, groups less than GAP_BYTES apart (the gap read too), share one."""
         starts, ends = self.table["rows"][blocks], self.table["rows"][blocks] + self.stored[blocks]
-        cuts = np.flatnonzero(starts[1:] - ends[:-1] > GAP_BYTES) + 1
+        gap = GAP_BYTES if self.storage.ranges_per_request == 1 else 0
+        cuts = np.flatnonzero(starts[1:] - ends[:-1] > gap) + 1
         return [(int(run[0]), int(run[-1])) for run in np.split(blocks, cuts)] if len(blocks) else []
 
     def _fetch(self, blocks: np.ndarray) -> None:

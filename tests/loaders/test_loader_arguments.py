@@ -99,7 +99,7 @@ PART_REFUSALS = [
     (lambda: Reading(verify=1), "verify must be True or False, got 1"),
     (lambda: Reading(storage_options="retry"), "storage_options must be a dict or None, got 'retry'"),
     (lambda: Cache(3, 1 << 20), "Cache folder must be a path, got 3"),
-    (lambda: Cache("/cache", 0), "cache limit must be >= 1, got 0"),
+    (lambda: Cache("/cache", 0), "Cache limit (bytes) must be >= 1 or None, got 0"),
     (lambda: Cache("/cache", 1 << 20, policy="fifo"), "cache policy must be one of ('belady', 'lru'), got 'fifo'"),
     (lambda: Blend("/data/web"), "Blend(sources=) must be a non-empty mapping {name: pack}, got '/data/web'"),
     (lambda: Blend({}), "Blend(sources=) must be a non-empty mapping {name: pack}, got {}"),
