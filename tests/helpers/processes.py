@@ -67,3 +67,16 @@ def pack_killed_before_op(args: list, op: int) -> bool:
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0, f"the forked pack failed: {status}"
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def children(pid: int) -> list:
+    """Live (not zombie) processes whose parent is `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found

@@ -31,7 +31,7 @@ import pytest
 
 from corgi_io.manifest import open_manifest
 from helpers.corpus_factory import write_text
-from helpers.processes import CLI, SLOW_SIZES, alive
+from helpers.processes import CLI, SLOW_SIZES, alive, children
 from helpers.processes import pack_killed_before_op as fork_pack_killed_before_op
 
 pytestmark = pytest.mark.slow  # launches, forks and kills packs
@@ -265,19 +265,6 @@ def test_foreign_output_is_still_refused(corpus, corgi, tmp_path, extra):
 
 
 # --- worker processes ----------------------------------------------------------------------------
-
-def children(pid: int) -> list:
-    """Live (not zombie) processes whose parent is `pid`, from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
-
 
 
 

@@ -18,7 +18,7 @@ import pytest
 from corgi_io import PackOptions, open_manifest, pack
 from corgi_io.errors import PackError
 from helpers.corpus_factory import write_text
-from helpers.processes import CLI, alive
+from helpers.processes import CLI, alive, children
 from helpers.s3_server import DUMMY_CREDENTIALS, MotoServer, missing_packages
 
 pytestmark = [pytest.mark.slow,  # starts moto's server, packs in subprocesses
@@ -169,13 +169,13 @@ def test_a_second_writer_is_refused_and_a_killed_pack_resumes(corgi, server, buc
         second = corgi("pack", source, url, *flags, "--workers", 1)
         assert second.exit_code != 0 and second.stderr.count("\n") == 1, second.stderr
         assert f"{url}/.corgi-lock" in second.stderr and "delete the lock" in second.stderr
-        children = child_pids(process.pid)
+        workers = children(process.pid)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:
         process.kill()
         process.stderr.close()
-    wait_for(lambda: not any(alive(pid) for pid in children), 1, None)  # its pool worker dies with it
+    wait_for(lambda: not any(alive(pid) for pid in workers), 1, None)  # its pool worker dies with it
     before = objects(server, url)
     assert "manifest.json" not in before and ".corgi-lock" in before  # killed: no manifest, its lock left behind
     kept = {name: entry for name, entry in before.items() if name.startswith("shard-")}
@@ -213,16 +213,3 @@ def wait_for(condition, at_least, process, seconds: float = 60):
             pytest.fail(f"the pack ended first: {process.stderr.read().decode()[-2000:]}")
         time.sleep(0.05)
     pytest.fail("timed out")
-
-
-def child_pids(pid: int) -> list:
-    """The pids whose parent was `pid` (the killed pack's pool workers, which die with it)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
