@@ -37,7 +37,8 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
-from corgi_io.manifest.row_groups import RowGroups, check_against_columns, read_table
+from corgi_io.manifest.row_group_writer import check_against_columns
+from corgi_io.manifest.row_groups import RowGroups, read_table
 from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, ROWS_PATH,
                                       ROWS_SINCE, SKIPS_PATH, SKIPS_SINCE, V1_COLUMNS_NAME, column_path, column_schema,
                                       declared_rows, sample_columns)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 import numpy as np
 
-from corgi_io.manifest.row_groups import write_row_groups
+from corgi_io.manifest.row_group_writer import write_row_groups
 from corgi_io.manifest.skips import write_skip_records
 from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, MANIFEST_VERSION, SAMPLE_COLUMNS,
                                       column_path, column_schema)

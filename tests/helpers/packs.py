@@ -113,7 +113,7 @@ def resync_row_groups(root: Path) -> None:
     .npy columns, after a test edited those: the pack then says the edited rows everywhere."""
     import json
 
-    from corgi_io.manifest.row_groups import write_row_groups
+    from corgi_io.manifest.row_group_writer import write_row_groups
 
     head_path = Path(root) / "manifest.json"
     head = json.loads(head_path.read_text())
