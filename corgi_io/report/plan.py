@@ -2,7 +2,8 @@
 
 `summarize` computes JSON-ready data from the manifest's arrays through the pure
 planner (`corgi_io.schedule`: `epoch_plans`, `split_workers`, `simulate`, all given one
-`EpochSpec`); `render` turns it into terminal text. Nothing here reads data or imports torch.
+`EpochSpec`), and the shuffle quality of rank 0's order (`schedule/shuffle_quality.py`); `render` turns it into
+terminal text. Nothing here reads data or imports torch.
 
 The step model is the planner's: a step lasts as long as its slowest rank, and a
 rank's step time is proportional to the size sum of its batch. Speed-ups are
@@ -16,6 +17,8 @@ import numpy as np
 from dataclasses import replace
 
 from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
+from corgi_io.schedule.shuffle_quality import shuffle_quality
+from corgi_io.schedule.stream import buffer_plan
 from corgi_io.arguments import check_at_least
 from corgi_io.report.stats import counted
 
@@ -52,9 +55,19 @@ def summarize(block_first, block_count, sizes, world_size: int, *, workers: int 
         "ranks": ranks, "size_imbalance": imbalance(rank_size),
         "count_size_imbalance": imbalance([table.sizes_of(p).sum() for p in count_plans]),
     }
+    summary["shuffle"] = rank_shuffle_quality(table, spec, plans[0])
     if batch_size:
         summary["steps"] = _steps(table, spec, batch_size)
     return summary
+
+
+def rank_shuffle_quality(table: BlockTable, spec: EpochSpec, pieces: np.ndarray) -> dict:
+    """`shuffle_quality` of the order rank 0 yields its samples in (one worker's stream over all its pieces), with
+    `buffer_blocks` as the plan has it: what a user trades buffer memory against.  O(samples of the rank)."""
+    order = [ids for _, ids in buffer_plan(pieces, sizes=table.sizes, **spec.stream(0, 0))]
+    quality = shuffle_quality(np.concatenate(order) if order else np.zeros(0, np.int64), table.first,
+                              table.num_samples, spec.seed)
+    return {"buffer_blocks": spec.buffer_pieces, **quality}
 
 
 def _step_plans(balance: str) -> list[tuple[str, str, bool]]:
@@ -90,6 +103,10 @@ def render(summary: dict) -> str:
     for r in s["ranks"]:
         lines.append(f"{r['rank']:>6}{r['samples']:>12,}{r['size']:>18,}{r['share']:>9.2%}{r['pieces']:>9,}")
     lines += ["", f"size sum max/mean {s['size_imbalance']:.4f} (count balance: {s['count_size_imbalance']:.4f})"]
+    q = s["shuffle"]
+    lines += [f"shuffle quality of rank 0 (gap entropy of its samples + their blocks, MosaicML's measure): "
+              f"{q['total']:.2f} bits, {q['ratio']:.2f} of a full shuffle's {q['full_shuffle']:.2f} "
+              f"(--buffer-blocks {q['buffer_blocks']})"]
     if "steps" in s:
         st = s["steps"]
         lines += ["", f"{counted(st['num_steps'], 'step')} of {counted(st['batch_size'], 'sample')} per rank; "
