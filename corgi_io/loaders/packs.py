@@ -77,11 +77,14 @@ class OnePack:
 
     def expect(self, planner, rank: int, worker: int, num_workers: int) -> None:
         """Tell the manifest the blocks one worker's plan reads, in order: a remote pack then fetches their rows a
-        few requests at a time instead of one per block (`Manifest.expect_blocks`)."""
+        few requests at a time instead of one per block (`Manifest.expect_blocks`).  A pack without row groups (local,
+        or before version 5) has nothing to be told: its worker's pieces are not worked out twice."""
+        if self.manifest.row_groups is None:
+            return
         pieces = planner.worker_pieces(rank, worker, num_workers)
         self.manifest.expect_blocks(pieces[:, 0] if len(pieces) else pieces)
         folder = self._cache.rows_folder(self.fingerprint)
-        if folder is not None and self.manifest.row_groups is not None:  # the node's ranks fetch each group once
+        if folder is not None:  # the node's ranks fetch each group once
             self.manifest.share_rows(folder)
 
     @staticmethod
