@@ -45,11 +45,15 @@ _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _HOST_NAME = re.compile(r"[!-~]{1,255}")  # printable ASCII, no spaces: a host name fit for a one-line message
 
 
-class FolderLock:
-    """The lock of one folder, held from `acquire` to `release`; a context manager."""
+class HeldLock:
+    """A lock held from `acquire` to `release`, as a context manager: a folder's (`FolderLock`) or an object
+    store's (`object_lock.ObjectLock`)."""
 
-    def __init__(self, folder, warn):
-        self.path, self.warn, self.fd = Path(folder) / LOCK_NAME, warn, None
+    def acquire(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         self.acquire()
@@ -57,6 +61,13 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class FolderLock(HeldLock):
+    """The lock of one folder, held from `acquire` to `release`; a context manager."""
+
+    def __init__(self, folder, warn):
+        self.path, self.warn, self.fd = Path(folder) / LOCK_NAME, warn, None
 
     def acquire(self) -> None:
         """Take the lock; PackError at once (one line naming the holder) when a live run holds it.

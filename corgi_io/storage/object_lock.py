@@ -22,7 +22,7 @@ import time
 import uuid
 
 from corgi_io.errors import PackError
-from corgi_io.storage.locks import LOCK_NAME, MAX_DETAILS, describe_holder, holder_details, parse_details, \
+from corgi_io.storage.locks import LOCK_NAME, MAX_DETAILS, HeldLock, describe_holder, holder_details, parse_details, \
     process_runs
 from corgi_io.storage.upload import ObjectWriter
 
@@ -30,7 +30,7 @@ ATTEMPTS = 5          # tries at creating the lock while others create or delete
 SETTLE_SECONDS = 1.0  # after clearing a stale lock: how long another run clearing it too may take to write its own
 
 
-class ObjectLock:
+class ObjectLock(HeldLock):
     """The lock of the objects under `writer`'s URL, held from `acquire` to `release`; a context manager.
     `warn(message)` hears of a stale lock removed."""
 
@@ -38,13 +38,6 @@ class ObjectLock:
         self.writer, self.warn, self.url = writer, warn, writer.url_of(LOCK_NAME)
         self.details = {**holder_details(), "run": uuid.uuid4().hex}
         self.held = False
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
     def acquire(self) -> None:
         """Create the lock; PackError (one line naming the holder and the lock's URL) when another run holds it."""
