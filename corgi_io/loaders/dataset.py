@@ -22,6 +22,7 @@ from corgi_io.loaders.distributed import StepLog, rank_and_world
 from corgi_io.loaders.fast_batches import fast_batches_apply
 from corgi_io.loaders.options import Batches, Blend, Budget, Cache, Decoding, Ranks, Reading, Shuffle, TokenRows
 from corgi_io.loaders.packs import OnePack, PackBlend
+from corgi_io.loaders.pipeline_stats import PipelineStats
 from corgi_io.loaders.resume_point import ResumePoint
 from corgi_io.loaders.shared_epoch import SharedEpoch
 from corgi_io.loaders.loader_spec import block_table, loader_spec
@@ -63,6 +64,7 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
         self._shared_epoch = SharedEpoch(self.world_size)  # how set_epoch reaches persistent workers
         self._steps = StepLog()          # this rank's observed steps this epoch
         self.last_reader = None  # the reader of the latest iteration in this process (for its counters)
+        self.stats = PipelineStats(self.spec.timing)  # where the time goes, every worker's (`stats.snapshot()`)
         self.resume_point = ResumePoint()  # this process's place in its epoch, in the planner's units
 
     def _open(self, source):
@@ -121,10 +123,13 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose block order and shuffles the next iteration uses.
 
-        With balance="dynamic", all ranks must call it together: they exchange their fitted speeds through
-        torch.distributed.  DataLoader workers, persistent ones included, take the new epoch and cost model
-        from shared memory when they start the next iteration.
+        With torch.distributed initialised, all ranks must call it together (as every epoch, with the
+        same `Reading(timing)`): they exchange their time per stage (`stats.end_epoch`: rank 0 logs the
+        straggler) and, with balance="dynamic", their fitted speeds.  DataLoader workers, persistent ones
+        included, take the new epoch and cost model from shared memory when they start the next iteration.
         """
+        if self.spec.timing != "off":
+            self.stats.end_epoch(self.epoch, self.rank, self.world_size)
         self.epoch = int(epoch)
         if self.spec.balance == "dynamic":
             self.cost_model = self._steps.agree(self.world_size)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
@@ -40,17 +42,28 @@ def worker_and_count() -> tuple:
     return (0, 1) if info is None else (info.id, info.num_workers)
 
 
+def gather_floats(values, world_size: int):
+    """Every rank's vector of floats (the same length on all), as a (world_size, n) array on every rank; None
+    without an initialised process group.  A tensor collective, not `all_gather_object`: nothing is unpickled.
+    Every rank must call it (a collective); on an NCCL group the tensors travel on this rank's CUDA device."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    local = torch.as_tensor(np.asarray(values, dtype=np.float64), device=device)
+    gathered = [torch.empty_like(local) for _ in range(world_size)]
+    dist.all_gather(gathered, local)
+    return torch.stack(gathered).cpu().numpy()
+
+
 def gather_cost_models(local, world_size: int):
-    """Every rank's fitted (a, b), gathered on all ranks with `all_gather_object`; None if any rank has none.
+    """Every rank's fitted (a, b), gathered on all ranks (`gather_floats`); None if any rank has none.
 
     Returns None without an initialised process group (the caller falls back to static balance).
     """
-    if not (dist.is_available() and dist.is_initialized()):
+    gathered = gather_floats([np.nan, np.nan] if local is None else list(local), world_size)
+    if gathered is None or np.isnan(gathered).any():
         return None
-    gathered = [None] * world_size
-    dist.all_gather_object(gathered, local)
-    return None if any(g is None for g in gathered) else [list(g) for g in gathered]
-
+    return gathered.tolist()
 
 
 class StepLog:

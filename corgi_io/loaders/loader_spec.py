@@ -37,6 +37,7 @@ class LoaderSpec:
     read_threads: int | None  # reads in flight; None: the storage's (2 local; remote 1, grown to 8)
     storage_options: dict
     verify_reads: bool
+    timing: str  # a `corgi_io.timing.TIMINGS` name: what `CorgiPileDataset.stats` keeps
     max_pixels: int | None
     on_error: str
     cache_dir: str | None  # remote pieces kept there (loaders/piece_cache.py); None: no cache
@@ -160,5 +161,5 @@ def _flatten(shuffle, seed, ranks, batching, decoding, transform, reading, cache
         group_by_size=batches and batching.group_by_size, batch_budget=batching.limit if budget else None,
         batch_cost=batching.cost if budget else "padded", rows=batching if isinstance(batching, TokenRows) else None,
         read_threads=reading.threads, storage_options=reading.storage_options, verify_reads=reading.verify,
-        max_pixels=decoding.max_pixels, on_error=decoding.on_error, cache_dir=cache and cache.folder,
-        cache_limit=cache and cache.limit, cache_policy=cache.policy if cache else "belady")
+        timing=reading.timing, max_pixels=decoding.max_pixels, on_error=decoding.on_error,
+        cache_dir=cache and cache.folder,        cache_limit=cache and cache.limit, cache_policy=cache.policy if cache else "belady")

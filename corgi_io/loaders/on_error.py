@@ -22,6 +22,10 @@ import warnings
 from corgi_io.errors import DecodeError, plain_message
 from corgi_io.loaders.decode import FieldDecoders
 from corgi_io.manifest.fields import field_kind
+from corgi_io.timing.clock import NULL_CLOCK
+from corgi_io.timing.stages import stage_index
+
+DECODE, TRANSFORM, COLLATE = stage_index("decode"), stage_index("transform"), stage_index("collate")
 
 ON_ERROR = ("raise", "skip")
 WARN_FIRST = 5  # failures warned one by one in each worker's epoch; the rest are counted
@@ -43,15 +47,25 @@ class SamplePreparer:
     """Decodes and transforms the samples of one worker's epoch under the `on_error` policy (see the module).
 
     `locate(sample)` gives a failed sample's (shard URL, shard path, payload byte offset) for the messages
-    (`corgi_io.loaders.packs`); `who` names the worker in the warnings (``rank 0 worker 1``).
+    (`corgi_io.loaders.packs`); `who` names the worker in the warnings (``rank 0 worker 1``); `clock` times
+    the decoding and the transform (``decode``, ``transform``).
     """
 
-    def __init__(self, decode, transform, on_error: str, locate, who: str):
+    def __init__(self, decode, transform, on_error: str, locate, who: str, clock=NULL_CLOCK):
         self.decode, self.transform, self.on_error = decode, transform, on_error
-        self.locate, self.who, self.skipped = locate, who, 0
+        self.locate, self.who, self.skipped, self.clock = locate, who, 0, clock
 
     def __call__(self, sample: dict):
         """`sample` with its data decoded and transformed; under "skip", the DecodeError of one that failed."""
+        if self.decode is None and self.transform is None:
+            return sample
+        left = self.clock.switch(DECODE if self.decode is not None else TRANSFORM)
+        try:
+            return self._prepared(sample)
+        finally:
+            self.clock.switch(left)
+
+    def _prepared(self, sample: dict):
         if self.decode is not None:
             try:
                 if isinstance(self.decode, FieldDecoders):
@@ -64,6 +78,7 @@ class SamplePreparer:
                 self._skip(error)
                 return error
         if self.transform is not None:
+            self.clock.switch(TRANSFORM)
             sample["data"] = self.transform(sample["data"])
             if "fields" in sample and sample["ext"] in sample:
                 sample[sample["ext"]] = sample["data"]  # the primary field under its name is `data`
@@ -128,11 +143,16 @@ def batch_survivors(batch: list) -> list:
                       offset=last.offset, key=last.key)
 
 
-def collated_batches(samples, batch_sizes, collate_fn):
+def collated_batches(samples, batch_sizes, collate_fn, clock=NULL_CLOCK):
     """`collate_fn` of the survivors (`batch_survivors`) of each batch of a worker's `samples`, batch after batch
     as long as samples come: each batch's size is the next of the iterator `batch_sizes`, read once its first
     sample is out (so a plan that lists the sizes may be made lazily, by the samples' own generator).  Whole
-    batches but for the rank's last one, since a worker's share is whole batches (`worker_counts`)."""
+    batches but for the rank's last one, since a worker's share is whole batches (`worker_counts`).  `clock`
+    times `collate_fn` (``collate``)."""
     for first in samples:
         batch = [first, *itertools.islice(samples, next(batch_sizes) - 1)]
-        yield collate_fn(batch_survivors(batch))
+        left = clock.switch(COLLATE)
+        collated = collate_fn(batch_survivors(batch))
+        clock.switch(left)
+        clock.count(COLLATE, samples=len(batch))
+        yield collated

@@ -33,6 +33,7 @@ from corgi_io.schedule import BALANCES, BATCH_COSTS, SHUFFLES
 from corgi_io.schedule.blend import check_weights
 from corgi_io.schedule.eviction import EVICTIONS
 from corgi_io.schedule.token_rows import RowOptions
+from corgi_io.timing import TIMINGS
 
 from corgi_io.loaders.collate import collate_samples
 from corgi_io.loaders.decode import DEFAULT_MAX_PIXELS, get_decoder
@@ -235,18 +236,21 @@ class Reading:
     """How pieces are read: `threads` reads in flight (None: the storage's own, 2 local, remote 1 grown to 8),
     `prefetch_blocks` pieces read ahead of the buffer (None: as many as the buffer holds), `verify` each shard's
     size and every record's checksum before a byte is yielded, and `storage_options` for the storage (fsspec's,
-    or HTTP headers and timeouts)."""
+    or HTTP headers and timeouts).  `timing`: what the dataset's `stats` keeps of where the time goes, one of
+    `corgi_io.timing.TIMINGS` ("stages" by default; "trace" adds a timeline; "off")."""
 
     threads: int | None = None
     prefetch_blocks: int | None = None
     verify: bool = True
     storage_options: Mapping = field(default_factory=dict)
+    timing: str = "stages"
 
     def __post_init__(self):
         _set(self, "threads", check_at_least("threads", self.threads, 1, optional=True))
         _set(self, "prefetch_blocks", check_at_least("prefetch_blocks", self.prefetch_blocks, 0, optional=True))
         _set(self, "verify", check_flag("verify", self.verify))
         _set(self, "storage_options", FrozenMap(check_mapping("storage_options", self.storage_options)))
+        choose("timing", self.timing, TIMINGS)
 
 
 @dataclass(frozen=True)

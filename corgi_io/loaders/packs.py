@@ -24,6 +24,7 @@ from corgi_io.schedule import block_owners, pack_fingerprint
 from corgi_io.schedule.blend import check_weights
 from corgi_io.schedule.blend_plan import blend_planner
 from corgi_io.storage import open_storage
+from corgi_io.timing.clock import NULL_CLOCK
 
 from corgi_io.loaders.piece_cache import RemoteCache
 from corgi_io.loaders.collate import collate_samples
@@ -64,12 +65,13 @@ class OnePack:
         """The pure `EpochPlanner` of `epoch` for `world_size` ranks."""
         return self.spec.planner(self.manifest, world_size, epoch, cost_model, self.block_owner)
 
-    def reader(self, planner=None) -> PieceReader:
-        """A reader of this process's storage (through its remote cache, with `cache_dir`), for any planner's plans."""
+    def reader(self, planner=None, clock=NULL_CLOCK) -> PieceReader:
+        """A reader of this process's storage (through its remote cache, with `cache_dir`), for any planner's plans,
+        timing its stages on `clock`."""
         spec = self.spec
         cache = self._cache.for_reading(self.manifest, self.storage, self.fingerprint)
         return PieceReader(self.manifest, self.storage, spec.prefetch_blocks, spec.read_threads,
-                           verify=spec.verify_reads, cache=cache, pool=self._pool)
+                           verify=spec.verify_reads, cache=cache, pool=self._pool, clock=clock)
 
     def piece_readers(self, reader) -> list:
         """The PieceReaders inside `reader`, by source: itself."""
@@ -138,9 +140,9 @@ class PackBlend:
                              self.samples_per_epoch, world_size, epoch, cost_model=cost_model,
                              **self.spec.plan_options)
 
-    def reader(self, planner) -> BlendReader:
-        """A reader of `planner`'s virtual pieces, through each source's reader."""
-        return BlendReader([pack.reader() for pack in self.packs], self.names, planner.blend,
+    def reader(self, planner, clock=NULL_CLOCK) -> BlendReader:
+        """A reader of `planner`'s virtual pieces, through each source's reader, timing its stages on `clock`."""
+        return BlendReader([pack.reader(clock=clock) for pack in self.packs], self.names, planner.blend,
                            self.spec.prefetch_blocks)
 
     def piece_readers(self, reader) -> list:

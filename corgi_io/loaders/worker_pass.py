@@ -11,7 +11,8 @@
 
 Every form starts the same way (`_start`): the reader of the epoch's planner, the worker's buffer plan from
 where it stands (a loaded resume state), through the remote cache when there is one; and every item yielded
-moves the dataset's `resume_point` on.
+moves the dataset's `resume_point` on.  The worker's clock (`dataset.stats`) times every stage of the pass
+(`corgi_io.timing`): the time between yielding an item and being asked for the next is ``handoff``.
 """
 from __future__ import annotations
 
@@ -27,31 +28,53 @@ from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.piece_cache import cached_epoch
 from corgi_io.loaders.token_rows import row_items
+from corgi_io.timing.stages import stage_index
+
+ORDER, HANDOFF = stage_index("order"), stage_index("handoff")
 
 
 def worker_items(ds):
-    """This worker's items of `ds`'s current epoch (a `CorgiPileDataset` whose `__iter__` took the epoch)."""
+    """This worker's items of `ds`'s current epoch (a `CorgiPileDataset` whose `__iter__` took the epoch), timed on
+    this process's clock."""
+    clock = ds.stats.worker_clock()
+    return _handed_over(_items(ds, clock), clock)
+
+
+def _items(ds, clock):
     spec = ds.spec
     if spec.rows is not None:
-        return _rows(ds)
+        return _rows(ds, clock)
     if ds.fast_batches:
-        return _fast_batches(ds)
+        return _fast_batches(ds, clock)
     if spec.batch_budget is not None:  # the plan lists one batch per item: their sizes, as it is made
         sizes = collections.deque()
-        return collated_batches(_samples(ds, sizes), iter(sizes.popleft, None), spec.collate_fn)
+        return collated_batches(_samples(ds, clock, sizes), iter(sizes.popleft, None), spec.collate_fn, clock)
     if spec.batch_size is not None:  # an ImageDecoder's images go straight into their batch (`BatchSlots`)
-        return collated_batches(_samples(ds, slots=spec.batch_size), itertools.repeat(spec.batch_size),
-                                spec.collate_fn)
-    return _samples(ds)
+        return collated_batches(_samples(ds, clock, slots=spec.batch_size), itertools.repeat(spec.batch_size),
+                                spec.collate_fn, clock)
+    return _samples(ds, clock)
 
 
-def _start(ds, batch_sizes=None):
+def _handed_over(items, clock):
+    """`items`, the time from yielding each to being asked for the next timed as ``handoff``; everything reaches
+    the board when the pass ends (or is closed)."""
+    clock.restart()
+    try:
+        for item in items:
+            clock.switch(HANDOFF)
+            yield item
+            clock.switch(ORDER)
+    finally:
+        clock.close()
+
+
+def _start(ds, clock, batch_sizes=None):
     """(reader, plan, worker) of this worker's pass; given a deque `batch_sizes`, the sizes of the plan's items
     (budgeted batches: a planner that counts items gives its plan whole) are added there."""
     worker, num_workers = worker_and_count()
     planner = ds.planner
     ds.packs.expect(planner, ds.rank, worker, num_workers)
-    reader = ds.last_reader = ds.packs.reader(planner)
+    reader = ds.last_reader = ds.packs.reader(planner, clock)
     plan = ds.resume_point.start(planner, ds.rank, worker, num_workers)
     if batch_sizes is not None:
         batch_sizes.extend(len(order) for _, order in plan)
@@ -63,24 +86,24 @@ def _start(ds, batch_sizes=None):
     return reader, plan, worker
 
 
-def _samples(ds, batch_sizes=None, slots=None):
+def _samples(ds, clock, batch_sizes=None, slots=None):
     """The worker's samples, in the plan's order: read, decoded and transformed (`slots`: the fixed batch size
     whose batches an ImageDecoder fills in place)."""
-    reader, plan, worker = _start(ds, batch_sizes)
+    reader, plan, worker = _start(ds, clock, batch_sizes)
     decode = epoch_decoder(ds.decode, ds.spec.seed, ds.epoch)  # clips and crops follow (seed, epoch, index)
     if slots is not None:
         decode = batch_slots(decode, slots)
     prepare = SamplePreparer(decode, ds.spec.transform, ds.spec.on_error, ds.packs.locate,
-                             f"rank {ds.rank} worker {worker}")
+                             f"rank {ds.rank} worker {worker}", clock)
     for sample in reader.samples(plan):
         ds.resume_point.yielded += 1
         yield prepare(sample)  # under on_error="skip", a failed sample is its DecodeError (collated_batches)
     prepare.finish()
 
 
-def _fast_batches(ds):
+def _fast_batches(ds, clock):
     """The worker's batches, the same as `collated_batches` of `_samples`, built from the read pieces with numpy."""
-    reader, plan, _ = _start(ds)  # in a DataLoader worker, batches cross to the main process in shared memory
+    reader, plan, _ = _start(ds, clock)  # in a DataLoader worker, batches cross to the main process in shared memory
     allocate = shared_buffer if torch.utils.data.get_worker_info() is not None else None
     images = epoch_decoder(ds.decode, ds.spec.seed, ds.epoch)  # None, or an ImageDecoder on a device
     for rows in reader.batches(plan, ds.spec.batch_size, allocate):
@@ -88,9 +111,9 @@ def _fast_batches(ds):
         yield row_batch(rows, images)
 
 
-def _rows(ds):
+def _rows(ds, clock):
     """The worker's rows of tokens, or batches of rows, counted in rows for resume."""
-    reader, ranges, _ = _start(ds)  # a row planner's plan is the worker's row ranges
+    reader, ranges, _ = _start(ds, clock)  # a row planner's plan is the worker's row ranges
     for item in row_items(reader, ds.planner.streams[ds.rank], ranges, ds.spec.rows, ds.spec.batch_size):
         ds.resume_point.yielded += len(item["input_ids"]) if ds.spec.batch_size else 1
         yield item

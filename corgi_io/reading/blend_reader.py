@@ -37,7 +37,7 @@ class BlendReader:
     def samples(self, plan):
         """Yield the plan's samples in its order, each with `source`; its `index` is the sample's in its own pack."""
         return ordered_samples(plan, self.piece_samples, self._nbytes, self.residency, ahead=self.prefetch_pieces,
-                               threads=self.read_threads)
+                               threads=self.read_threads, clock=self.readers[0].clock)
 
     def piece_samples(self, piece) -> tuple:
         """(first virtual id, samples, payload bytes, record bytes) of one virtual piece, in a reading thread."""
@@ -51,7 +51,8 @@ class BlendReader:
     def batches(self, plan, batch_size: int, allocate=None):
         """The plan's samples as `RowBatch`es of `batch_size`, each row with its `source` (`PieceReader.batches`)."""
         return ordered_batches(plan, self.piece_rows, self._nbytes, self.residency, batch_size,
-                               ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate)
+                               ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate,
+                               clock=self.readers[0].clock)
 
     def piece_rows(self, piece) -> PieceRows:
         """One virtual piece as `PieceRows` of its virtual ids, read through its source's reader, in a reading thread."""

@@ -20,11 +20,17 @@ Memory bound: the resident sample data is at most the current buffer's pieces pl
 buffer's blocks hold) plus the one piece being pushed through it replace the buffer.
 `peak_resident_bytes` records the observed maximum: bytes committed at each read's submission
 plus the payloads held, sampled whenever a read is submitted (the only moment the total grows).
+
+Timing (`clock`, a `corgi_io.timing.clock.StageClock`): each piece's read is timed in its reading thread as
+``storage`` (or, through a cache, ``cache_hit`` / ``cache_miss``; ``first_byte`` where the storage tells it),
+then ``verify`` and ``split``; the consumer's wait for the read-ahead as ``read_wait``: one `add` per stage and
+piece, nothing per sample.
 """
 from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter
 
 from corgi_io.reading.read_checks import PieceVerifier
 
@@ -33,6 +39,11 @@ from corgi_io.reading.reorder import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
 from corgi_io.reading.raw_batches import PieceRows, ordered_batches
 from corgi_io.reading.split import PieceSplitter
+from corgi_io.timing.clock import NULL_CLOCK
+from corgi_io.timing.stages import stage_index
+
+STORAGE, FIRST_BYTE, CACHE_HIT, CACHE_MISS, VERIFY, SPLIT = map(
+    stage_index, ("storage", "first_byte", "cache_hit", "cache_miss", "verify", "split"))
 
 
 class Residency:
@@ -73,12 +84,12 @@ class PieceReader:
     most) applies, and `InFlight` grows the first towards the most while it pays.  With a `cache`
     (`corgi_io.reading.piece_cache.PieceCache`, for remote packs) every piece goes through it, and is
     checked there, whatever `verify` says.  A `pool` (`corgi_io.reading.buffers.BufferPool`) gives `batches` reused
-    buffers to read local pieces into.
+    buffers to read local pieces into.  `clock` times the stages (see the module).
     """
 
     def __init__(self, manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
-                 verify: bool = True, cache=None, pool=None):
-        self.manifest, self.storage, self.cache = manifest, storage, cache
+                 verify: bool = True, cache=None, pool=None, clock=NULL_CLOCK):
+        self.manifest, self.storage, self.cache, self.clock = manifest, storage, cache, clock
         self.pool = pool if cache is None and hasattr(storage, "read_range_into") else None
         self.verifier = PieceVerifier(manifest, storage) if verify else None
         self.splitter = PieceSplitter(manifest)
@@ -111,14 +122,15 @@ class PieceReader:
         A sample listed twice (padding can repeat one on a worker) is yielded as two distinct dicts.
         """
         return ordered_samples(plan, self.piece_samples, lambda piece: self.byte_range(piece)[2], self.residency,
-                               ahead=self.prefetch_pieces, threads=self.read_threads)
+                               ahead=self.prefetch_pieces, threads=self.read_threads, clock=self.clock)
 
     def batches(self, plan, batch_size: int, allocate=None):
         """Yield the plan's samples as `RowBatch`es of `batch_size` (the last one shorter), in the order `samples`
         yields them, built without a dict per sample (`corgi_io.reading.raw_batches`; single-field packs); `allocate`
         makes their buffers (`ordered_batches`)."""
         return ordered_batches(plan, self.piece_rows, lambda piece: self.byte_range(piece)[2], self.residency,
-                               batch_size, ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate)
+                               batch_size, ahead=self.prefetch_pieces, threads=self.read_threads, allocate=allocate,
+                               clock=self.clock)
 
     def read_piece(self, piece, into=None) -> bytes:
         """A piece's records: one ranged read (or the cache's copy), verified when verification is on.  `into`: a
@@ -142,11 +154,42 @@ class PieceReader:
         fetch = functools.partial(_then, functools.partial(self.in_flight.run, read, path, offset,
                                                            length if into is None else into), rows_checked)
         if self.cache is not None:
-            return self.cache.read(piece, fetch)  # checked there, fetched or not
+            return self._through_cache(piece, fetch)  # checked there, fetched or not
+        timed = functools.partial(self._timed_fetch, STORAGE, piece, fetch)
         if self.verifier is None:
-            return fetch()
-        data = self.verifier.sized_read(int(self.manifest.blocks.shard[int(piece[0])]), fetch)  # no row needed
+            return timed()
+        data = self.verifier.sized_read(int(self.manifest.blocks.shard[int(piece[0])]), timed)  # no row needed
+        start = perf_counter()
         self.verifier.check_piece(piece, data)
+        self.clock.add(VERIFY, perf_counter() - start, len(data), int(piece[2]) - int(piece[1]))
+        return data
+
+    def _timed_fetch(self, stage: int, piece, fetch) -> bytes:
+        """`fetch()`, timed as `stage` (``storage`` or ``cache_miss``), and its wait for a first byte where the
+        storage keeps one (`Storage.first_byte_seconds`: this thread's running total)."""
+        waited, start = self.storage.first_byte_seconds(), perf_counter()
+        data = fetch()
+        self.clock.add(stage, perf_counter() - start, len(data), int(piece[2]) - int(piece[1]))
+        waited = self.storage.first_byte_seconds() - waited
+        if waited > 0:
+            self.clock.add(FIRST_BYTE, waited)
+        return data
+
+    def _through_cache(self, piece, fetch) -> bytes:
+        """The piece through the cache: timed as a ``cache_hit`` when it was there, else its fetch as a
+        ``cache_miss`` and the rest (the check, the hand-over to the cache's writer) as ``verify``."""
+        fetched = []  # the seconds of the fetch, when the cache had to fetch
+
+        def timed_fetch() -> bytes:
+            start = perf_counter()
+            data = self._timed_fetch(CACHE_MISS, piece, fetch)
+            fetched.append(perf_counter() - start)
+            return data
+
+        start = perf_counter()
+        data = self.cache.read(piece, timed_fetch)
+        rest = perf_counter() - start - sum(fetched)
+        self.clock.add(VERIFY if fetched else CACHE_HIT, rest, len(data), int(piece[2]) - int(piece[1]))
         return data
 
     def _whole(self, piece) -> bool:
@@ -165,20 +208,31 @@ class PieceReader:
         """(its first sample id, the piece's sample dicts, their payload bytes, its record bytes): read, verify and
         split, in a reading thread."""
         data = self.read_piece(piece)
-        return (int(piece[1]), *self.splitter.split(piece, data), len(data))
+        start = perf_counter()
+        samples, payload_bytes = self.splitter.split(piece, data)
+        self.clock.add(SPLIT, perf_counter() - start, len(data), len(samples))
+        return int(piece[1]), samples, payload_bytes, len(data)
 
     def piece_rows(self, piece) -> PieceRows:
         """The piece read and verified, its samples as columns (`PieceSplitter.columns`), in a reading thread: into
         a buffer of the reader's `pool` when it has one (given back once the piece's rows are batched)."""
         if self.pool is None:
-            return PieceRows(int(piece[1]), self.read_piece(piece), self.splitter.columns(piece))
+            data = self.read_piece(piece)
+            return PieceRows(int(piece[1]), data, self._columns(piece, len(data)))
         buffer = self.pool.take(self.byte_range(piece)[2])
         try:
             self.read_piece(piece, into=buffer)
         except BaseException:
             self.pool.give(buffer)
             raise
-        return PieceRows(int(piece[1]), buffer, self.splitter.columns(piece), self.pool.give)
+        return PieceRows(int(piece[1]), buffer, self._columns(piece, len(buffer)), self.pool.give)
+
+    def _columns(self, piece, nbytes: int) -> dict:
+        """The piece's samples as columns (`PieceSplitter.columns`), timed as ``split``."""
+        start = perf_counter()
+        columns = self.splitter.columns(piece)
+        self.clock.add(SPLIT, perf_counter() - start, nbytes, int(piece[2]) - int(piece[1]))
+        return columns
 
 
 def _then(read, after=None) -> bytes:
@@ -189,12 +243,13 @@ def _then(read, after=None) -> bytes:
     return data
 
 
-def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, threads: int):
+def ordered_samples(plan, read, nbytes, residency: Residency, *, ahead: int, threads: int, clock=NULL_CLOCK):
     """The samples of a buffer plan in its order: each piece read by `read(piece)` (-> first id, samples, payload
     bytes, record bytes) on `threads` threads, at most `ahead` pieces ahead; `nbytes(piece)` is what a read
-    commits, counted in `residency`."""
+    commits, counted in `residency`; `clock` times the consumer's wait for reads."""
     steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
-    pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)))
+    pieces = read_ahead(steps, read, ahead=ahead, threads=threads, on_submit=lambda piece: residency.hold(nbytes(piece)),
+                        clock=clock)
     try:
         yield from buffer_order(_settled(pieces, residency), residency)
     finally:

@@ -30,6 +30,10 @@ import numpy as np
 
 from corgi_io.reading.buffers import warm_batch_memory
 from corgi_io.reading.read_ahead import Marker, read_ahead
+from corgi_io.timing.clock import NULL_CLOCK
+from corgi_io.timing.stages import stage_index
+
+COLLATE = stage_index("collate")
 
 _ORDER = ("index", "key", "label", "size", "kind", "ext")  # the sample dict's fields before `data`
 
@@ -54,15 +58,17 @@ class RowBatch(NamedTuple):
     columns: dict
 
 
-def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: int, threads: int, allocate=None):
+def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: int, threads: int, allocate=None,
+                    clock=NULL_CLOCK):
     """The `RowBatch`es of a buffer plan, every `batch_size` ids of its orders in turn (the last batch shorter):
     each piece read by `read(piece)` (-> `PieceRows`) on `threads` threads, at most `ahead` pieces ahead;
     `nbytes(piece)` is what a read commits, counted in `residency`.  `allocate(n)` -> (buffer, writable
     memoryview of its n bytes), if given, makes each batch's buffer (the payloads are copied into the view);
-    by default a batch's buffer is `bytes`."""
+    by default a batch's buffer is `bytes`.  `clock` times the wait for reads and each batch's gathering
+    (``collate``)."""
     steps = (step for pieces, order in plan for step in (*map(tuple, pieces.tolist()), Marker(order)))
     pieces = read_ahead(steps, read, ahead=ahead, threads=threads,
-                        on_submit=lambda piece: residency.hold(nbytes(piece)))
+                        on_submit=lambda piece: residency.hold(nbytes(piece)), clock=clock)
     if allocate is None:
         warm_batch_memory()  # each batch's bytes from memory malloc keeps, not fresh pages
     rows, queue = ResidentRows(residency, allocate), np.empty(0, dtype=np.int64)
@@ -75,13 +81,22 @@ def ordered_batches(plan, read, nbytes, residency, batch_size: int, *, ahead: in
             queue = np.concatenate([queue, np.asarray(item.value, dtype=np.int64)])
             cut = len(queue) - len(queue) % batch_size
             for at in range(0, cut, batch_size):
-                yield rows.take(queue[at:at + batch_size])
+                yield _collated(rows, queue[at:at + batch_size], clock)
             queue = queue[cut:]
             rows.compact()
         if len(queue):
-            yield rows.take(queue)
+            yield _collated(rows, queue, clock)
     finally:
         pieces.close()  # stop the reading threads now, not when the chain is collected
+
+
+def _collated(rows, ids: np.ndarray, clock) -> RowBatch:
+    """`rows.take(ids)`, timed as ``collate``."""
+    left = clock.switch(COLLATE)
+    batch = rows.take(ids)
+    clock.switch(left)
+    clock.count(COLLATE, len(batch.buffer), len(ids))
+    return batch
 
 
 class ResidentRows:

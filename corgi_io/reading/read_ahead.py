@@ -5,13 +5,19 @@ order, while up to `ahead` reads are submitted but not yet consumed: several are
 once (it matters for HTTP, object stores and Lustre RPCs) and the bytes held stay bounded.  A
 `Marker` step is not read: it passes through in its place (the reader marks the end of a
 buffer with one).  An exception raised by a read, or by the steps' iterator, reaches the
-consumer; closing the generator cancels the reads not yet started and waits for the running ones.
+consumer; closing the generator cancels the reads not yet started and waits for the running ones.  With a
+`clock` (`corgi_io.timing.clock.StageClock`), the consumer's wait for a read is timed as ``read_wait``.
 """
 from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
+
+from corgi_io.timing.clock import NULL_CLOCK
+from corgi_io.timing.stages import stage_index
+
+READ_WAIT = stage_index("read_wait")
 
 
 class Marker(NamedTuple):
@@ -20,7 +26,7 @@ class Marker(NamedTuple):
     value: object
 
 
-def read_ahead(steps, read, *, ahead: int, threads: int, on_submit=None):
+def read_ahead(steps, read, *, ahead: int, threads: int, on_submit=None, clock=NULL_CLOCK):
     """Yield `read(step)` (or the Marker itself) for each step, with at most `ahead` reads not yet consumed.
 
     `on_submit(step)`, when given, runs in the consumer's thread as each read is submitted
@@ -48,6 +54,9 @@ def read_ahead(steps, read, *, ahead: int, threads: int, on_submit=None):
                     yield item
                     continue
                 unconsumed -= 1
+                left = clock.switch(READ_WAIT)
+                item.exception()  # waits for the read; no local name keeps its samples alive past the next step
+                clock.switch(left)
                 yield item.result()
         finally:
             for item in queue:

@@ -35,6 +35,12 @@ class Storage(abc.ABC):
         """Full path or URL of `relpath` under the root, as named in errors."""
         return f"{self.root.rstrip('/')}/{relpath.lstrip('/')}"
 
+    def first_byte_seconds(self) -> float:
+        """This thread's seconds spent so far waiting for first bytes, where the backend can tell them apart from
+        the transfer (HTTP: until an answer's headers came); 0.0 where it cannot.  A reader times one read's wait
+        as the difference around it (`PieceReader`, stage ``first_byte``)."""
+        return 0.0
+
     def _start_read(self, offset: int, length: int) -> bool:
         """Validate a range and count it; False for an empty read, which touches nothing."""
         if offset < 0 or length < 0:

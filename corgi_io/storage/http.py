@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import re
+import threading
 import time
 
 import urllib3
@@ -31,6 +32,8 @@ from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, p
 MAX_REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
 _TOTAL = re.compile(r"^bytes (?:\d+-\d+|\*)/(\d+)$")  # the file's size at the end of a Content-Range
+
+_FIRST_BYTE = threading.local()  # per thread: seconds waited for answers' headers (`first_byte_seconds`)
 
 
 class HttpStatusError(Exception):
@@ -110,8 +113,10 @@ class HttpStorage(RetryingStorage):
         404 -> FileNotFoundError, other errors -> HttpStatusError. `resp.deadline_at` ends the body's time."""
         deadline_at = time.monotonic() + self.deadline
         timeout = urllib3.Timeout(total=self.deadline, connect=self.timeout, read=self.timeout)
+        asked = time.perf_counter()
         resp = self._pool().request(method, url, headers={**self.headers, **(headers or {})},
                                     preload_content=False, decode_content=False, timeout=timeout)
+        _FIRST_BYTE.seconds = self.first_byte_seconds() + time.perf_counter() - asked  # the body is not read yet
         if resp.status < 300:
             resp.deadline_at = deadline_at
             return resp
@@ -121,6 +126,10 @@ class HttpStorage(RetryingStorage):
         if status_kind(resp.status) == MISSING:
             raise FileNotFoundError(errno.ENOENT, f"not found (HTTP {resp.status})", url)
         raise HttpStatusError(resp.status, resp.reason or "", parse_retry_after(resp.headers.get("Retry-After")))
+
+    def first_byte_seconds(self) -> float:
+        """This thread's seconds from sending a request to its answer's headers, over all its requests so far."""
+        return getattr(_FIRST_BYTE, "seconds", 0.0)
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""

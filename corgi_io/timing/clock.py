@@ -1,0 +1,142 @@
+"""The clock of one process's slot on the board: stage times kept in plain floats, added to the board now and then.
+
+A process times its stages two ways:
+
+* `switch(stage)` on the consumer thread: the time since the last switch goes to the stage that was running,
+  so the consumer's stages partition its wall time with one `perf_counter` call per switch (about 0.2 µs);
+  `switch` returns the stage it left, so a nested step switches back (``left = clock.switch(DECODE); ...;
+  clock.switch(left)``) without a stack;
+* `add(stage, seconds, bytes, samples)` from any thread (the reading threads: one call per piece).
+
+The totals wait in Python lists and reach the board (a numpy (stages, FIELDS) row, in shared memory when
+`PipelineStats` made it) at most every `FLUSH_SECONDS`, from the consumer thread, and at `flush()`: a board
+row is only ever added to, by the one process that owns its slot, so a reader sees totals that only grow and
+a new worker process of the same slot (non-persistent workers, each epoch) continues them.
+
+With a `trace` (`TraceRing`), every interval is also kept as (stage, start, end) for a timeline
+(`corgi profile --plot`); start and end are `time.perf_counter()` values, CLOCK_MONOTONIC on Linux, comparable
+across the processes of one machine.
+"""
+from __future__ import annotations
+
+import threading
+from time import perf_counter
+
+import numpy as np
+
+from corgi_io.timing.stages import FIELDS, STAGES, stage_index
+
+FLUSH_SECONDS = 0.05  # the longest a total waits in a process before a reader of the board sees it
+ORDER = stage_index("order")  # where a consumer's time goes until it is switched elsewhere
+
+
+class StageClock:
+    """Times one process's stages into `row` (a writable numpy array (len(STAGES), len(FIELDS)); see the module)."""
+
+    def __init__(self, row: np.ndarray, trace=None):
+        self.row, self.trace = row, trace
+        self._pending = np.zeros((len(STAGES), len(FIELDS)))  # read threads' additions, under the lock
+        self._seconds, self._calls = [0.0] * len(STAGES), [0] * len(STAGES)  # the consumer's, unlocked
+        self._lock = threading.Lock()
+        self.stage, self.mark = ORDER, perf_counter()
+        self._flushed = self.mark
+
+    def restart(self, stage: int = ORDER) -> None:
+        """A new pass of the consumer begins, in `stage` (``order``) from now on; the time since its last pass is
+        nobody's."""
+        self.stage, self.mark = stage, perf_counter()
+
+    def switch(self, stage: int) -> int:
+        """From now on the consumer thread is in `stage`; returns the stage it leaves.  Consumer thread only."""
+        now = perf_counter()
+        left = self.stage
+        self._seconds[left] += now - self.mark
+        self._calls[left] += 1
+        if self.trace is not None:
+            self.trace.add(left, self.mark, now)
+        self.stage, self.mark = stage, now
+        if now - self._flushed > FLUSH_SECONDS:
+            self.flush(now)
+        return left
+
+    def add(self, stage: int, seconds: float, nbytes: int = 0, samples: int = 0) -> None:
+        """One timed step of `stage` that ended now, on any thread: its seconds, bytes and samples."""
+        with self._lock:
+            self._pending[stage] += (seconds, nbytes, samples, 1)
+        if self.trace is not None:
+            end = perf_counter()
+            self.trace.add(stage, end - seconds, end)
+
+    def count(self, stage: int, nbytes: int = 0, samples: int = 0) -> None:
+        """Bytes and samples that a switched stage handled (its time comes from `switch`)."""
+        with self._lock:
+            self._pending[stage, 1:3] += (nbytes, samples)
+
+    def flush(self, now: float | None = None) -> None:
+        """Add what is pending to the board row (consumer thread, or once the consumer is done)."""
+        now = perf_counter() if now is None else now
+        with self._lock:
+            pending, self._pending = self._pending, np.zeros_like(self._pending)
+        pending[:, 0] += self._seconds
+        pending[:, 3] += self._calls
+        self._seconds, self._calls = [0.0] * len(STAGES), [0] * len(STAGES)
+        self.row += pending
+        self._flushed = now
+        if self.trace is not None:
+            self.trace.flush()
+
+    def close(self) -> None:
+        """The consumer is done: the running stage's time so far is counted, everything reaches the board."""
+        self.switch(self.stage)
+        self.flush()
+
+
+class NullClock:
+    """A clock that counts nothing (`Reading(timing="off")`): the same calls, no cost beyond the call."""
+
+    stage = ORDER
+
+    def restart(self, stage: int = ORDER) -> None:
+        pass
+
+    def switch(self, stage: int) -> int:
+        return stage
+
+    def add(self, stage: int, seconds: float, nbytes: int = 0, samples: int = 0) -> None:
+        pass
+
+    def count(self, stage: int, nbytes: int = 0, samples: int = 0) -> None:
+        pass
+
+    def flush(self, now: float | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+NULL_CLOCK = NullClock()  # what a reader times with when nobody asked
+
+
+class TraceRing:
+    """The latest `capacity` intervals (stage, start, end) of one slot, in `events` (a writable numpy array
+    (capacity, 3), in shared memory) and `written` (a one-element int64 array: intervals written so far, so the
+    newest is at ``(written - 1) % capacity``).  Intervals are buffered per process and written at `flush`."""
+
+    def __init__(self, events: np.ndarray, written: np.ndarray):
+        self.events, self.written = events, written
+        self._buffer, self._lock = [], threading.Lock()
+
+    def add(self, stage: int, start: float, end: float) -> None:
+        with self._lock:
+            self._buffer.append((stage, start, end))
+
+    def flush(self) -> None:
+        with self._lock:
+            buffer, self._buffer = self._buffer, []
+        capacity = len(self.events)
+        at = int(self.written[0]) + max(0, len(buffer) - capacity)  # what did not fit is counted, not kept
+        for stage, start, end in buffer[-capacity:]:
+            self.events[at % capacity] = (stage, start, end)
+            at += 1
+        self.written[0] = at
