@@ -12,10 +12,11 @@ import corgi_io
 ROOT = Path(corgi_io.__file__).parent
 # Lower layers first; a module may import its own layer's modules only inside its own package.
 LAYERS = [
-    {"errors"}, {"arguments"}, {"storage"}, {"formats"}, {"manifest"}, {"processes", "schedule", "images"},
+    {"errors"}, {"arguments"}, {"storage"}, {"formats"}, {"manifest"}, {"processes", "schedule", "images", "timing"},
     {"packing", "reading", "report"}, {"loaders"}, {"cli"}, {"__init__"},
 ]
-PURE = {"schedule": {"errors", "arguments", "schedule"}}  # planning: numpy in and out, no I/O, no torch
+PURE = {"schedule": {"errors", "arguments", "schedule"},  # planning: numpy in and out, no I/O, no torch
+        "timing": {"timing"}}  # the clocks and their summaries: numpy and the time, no I/O, no torch
 TORCH_ONLY_IN = "loaders"
 READ_SIDE = {"loaders", "reading", "schedule"}  # never import packing (issue 30)
 

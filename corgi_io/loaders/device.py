@@ -11,6 +11,10 @@ memory while the step still reads it.
 Images that an ``ImageDecoder(device="cuda")`` left encoded (`EncodedImages`) are decoded on the side
 stream too, with nvJPEG (`corgi_io.loaders.device_images`).
 
+The host's part of each copy (pinning, issuing the copies, nvJPEG's decode calls) is timed as the stage
+``to_device`` on the dataset's `stats` (`corgi_io.timing`), when the loader is a DataLoader of a
+`CorgiPileDataset`: wrap the result in ``dataset.stats.watch(...)`` to see it beside the stall.
+
 On a CPU device (or a machine without CUDA) batches pass through unchanged.  Either way, `len`,
 `state_dict` and `load_state_dict` are the wrapped loader's: the state handed out with batch k is the
 one the loader had when it produced batch k, not after the batch read ahead, so a resume from it
@@ -22,6 +26,10 @@ import torch
 
 from corgi_io.loaders.collate import Batch
 from corgi_io.loaders.device_images import EncodedImages
+from corgi_io.timing.clock import NULL_CLOCK
+from corgi_io.timing.stages import stage_index
+
+TO_DEVICE = stage_index("to_device")
 
 
 class DeviceLoader:
@@ -48,10 +56,16 @@ class DeviceLoader:
         if self.device.type != "cuda":
             return iter(self.loader)
         side, compute = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
+        stats = getattr(getattr(self.loader, "dataset", None), "stats", None)
+        clock = NULL_CLOCK if stats is None else stats.trainer_clock()
 
         def copy(batch):
-            with torch.cuda.stream(side):
-                return _moved(batch, self.device, self.pin_memory)
+            left = clock.switch(TO_DEVICE)
+            try:
+                with torch.cuda.stream(side):
+                    return _moved(batch, self.device, self.pin_memory)
+            finally:
+                clock.switch(left)
 
         def settle(batch) -> None:
             compute.wait_stream(side)  # the copy of `batch` is done before the step uses it (a GPU-side wait)
