@@ -46,8 +46,9 @@ class WatchedLoader:
         self.loader.load_state_dict(state)
 
     def __iter__(self):
-        clock, batches = self.stats.trainer_clock(), iter(self.loader)
-        clock.restart(STARTUP)  # until the pass's first batch: workers start, plan, read their first pieces
+        clock = self.stats.trainer_clock()
+        clock.restart(STARTUP)  # until the pass's first batch: workers start (in `iter`), plan, read their first pieces
+        batches = iter(self.loader)
         try:
             while True:
                 try:
