@@ -15,6 +15,8 @@ import click
 SUBCOMMANDS = {  # name -> (module, click command in it, the summary `corgi --help` shows)
     "pack": ("corgi_io.cli.pack", "pack_command", "Pack a folder tree or a listing into shards and a manifest."),
     "plan": ("corgi_io.cli.plan", "plan_command", "Show how one epoch splits over ranks and what its steps cost."),
+    "profile": ("corgi_io.cli.profile", "profile_command",
+                "Run the loader for a few batches and show where its time goes, stage by stage."),
     "stats": ("corgi_io.cli.stats", "stats_command", "Show counts, size distributions and block/shard balance."),
     "verify": ("corgi_io.cli.verify", "verify_command", "Re-read every shard and check it against the manifest."),
 }

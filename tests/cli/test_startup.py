@@ -37,7 +37,8 @@ def test_import_corgi_io_loads_nothing_heavy():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [["--help"], ["stats", "--help"], ["plan", "--help"], ["verify", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["stats", "--help"], ["plan", "--help"], ["verify", "--help"],
+                                  ["profile", "--help"]])
 def test_corgi_help_loads_nothing_heavy(argv):
     code = (f"import sys; from corgi_io.cli import main; sys.argv = ['corgi', *{argv!r}]\n"
             "try:\n    main()\nexcept SystemExit as exit:\n    assert exit.code == 0, exit.code")
