@@ -121,3 +121,20 @@ def test_the_registry_names_every_stage_once_and_the_timings():
     assert list(TIMINGS) == ["off", "stages", "trace"]
     with pytest.raises(KeyError, match="no stage 'nope'"):
         stage_index("nope")
+
+
+def test_hand_overs_counted_inside_order_move_to_handoff_at_the_flush():
+    """The worker's hand-overs are timed around each yield without a switch: at a flush they leave ``order``."""
+    row = board_row()
+    clock = StageClock(row)
+    clock.restart()
+    for _ in range(4):
+        time.sleep(0.002)  # the item is made, in order
+        before = time.perf_counter()
+        time.sleep(0.005)  # the item is handed over
+        clock.handed_over += time.perf_counter() - before
+        clock.items += 1
+    clock.close()
+    assert row[HANDOFF, SECONDS] == pytest.approx(0.02 + 4 * 0.0001, abs=0.004)
+    assert row[ORDER, SECONDS] == pytest.approx(0.008, abs=0.004)
+    assert row[HANDOFF, CALLS] == 4
