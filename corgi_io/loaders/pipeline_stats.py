@@ -29,7 +29,8 @@ from corgi_io.timing.summary import as_table, rank_path, stall_share, straggler,
 from corgi_io.loaders.distributed import gather_floats, worker_and_count
 
 MAX_WORKERS = 128       # DataLoader workers per rank with a slot of their own; more are not timed (warned)
-TRACE_CAPACITY = 16384  # intervals kept per slot under timing="trace" (the newest)
+TRACE_CAPACITY = 8192  # intervals kept per slot under timing="trace" (the newest): 192 KiB of shared memory
+TRACE_WORKERS = 32     # workers traced under timing="trace" (later ones are timed, not traced)
 log = logging.getLogger("corgi_io")
 
 
@@ -42,7 +43,8 @@ class PipelineStats:
         slots = 1 + MAX_WORKERS if self.mode != "off" else 1
         self._board = torch.zeros((slots, len(STAGES), len(FIELDS)), dtype=torch.float64).share_memory_()
         traced = self.mode == "trace"
-        self._events = torch.zeros((slots if traced else 0, TRACE_CAPACITY, 3), dtype=torch.float64).share_memory_()
+        traced_slots = min(slots, 1 + TRACE_WORKERS) if traced else 0
+        self._events = torch.zeros((traced_slots, TRACE_CAPACITY, 3), dtype=torch.float64).share_memory_()
         self._written = torch.zeros(slots, dtype=torch.int64).share_memory_()
         self._clocks = {}      # (pid, role) -> this process's clock of that role
         self._epoch_start = np.zeros(self._board.shape)  # the board at the last `end_epoch` (training process)
@@ -75,7 +77,7 @@ class PipelineStats:
         return self._clocks[key]
 
     def _trace(self, slot: int):
-        if self.mode != "trace":
+        if slot >= len(self._events):
             return None
         return TraceRing(self._events.numpy()[slot], self._written.numpy()[slot:slot + 1])
 
