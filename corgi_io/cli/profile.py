@@ -57,9 +57,8 @@ def profile_command(pack, world_size, rank, workers, batch_size, buffer_blocks, 
 
     with one_line_errors():
         from corgi_io.loaders import Batches, Cache, Ranks, Reading, Shuffle
-        from corgi_io.loaders.profile_run import check_run, decoder, profile_loader
+        from corgi_io.loaders.profile_run import decoder, profile_loader
 
-        check_run(workers, batches, step_ms)
         parts = {"shuffle": Shuffle(shuffle, buffer_blocks), "seed": seed, "decode": decoder(decode, image_size),
                  "ranks": Ranks(balance=balance, rank=rank, world_size=world_size),
                  "batching": None if batch_size is None else Batches(batch_size),

@@ -58,7 +58,7 @@ def profile_loader(source, *, workers: int = 0, batches: int = 50, step_ms: floa
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=False)
     since = ds.stats.board()
     start = perf_counter()
-    items, samples, wall = _loop(ds.stats.watch(loader), batches, step_ms / 1000, start)
+    items, samples, wall = _loop(ds.stats.watch(loader), min(batches, len(ds)), step_ms / 1000, start)
     return {"pack": str(source), "workers": workers, "step_ms": float(step_ms), "epoch": epoch,
             "epoch_items": len(ds), "items": items, "samples": samples, "wall_seconds": wall,
             "samples_per_second": samples / wall if wall > 0 else 0.0,
@@ -66,8 +66,10 @@ def profile_loader(source, *, workers: int = 0, batches: int = 50, step_ms: floa
 
 
 def _loop(watched, batches: int, step_seconds: float, start: float) -> tuple:
-    """(items, samples, seconds from `start` to the end of the last step) of the watched loop; the loop's
-    generator is closed at once, so its clock stops and the DataLoader's workers shut down (and flush)."""
+    """(items, samples, seconds from `start` to the end of the last step) of the watched loop.  It stops at the
+    last item of the epoch, never asking for the end-of-epoch that would time the workers' shutdown as a
+    stall; its generator is closed at once, so its clock stops and the DataLoader's workers shut down (and
+    flush)."""
     items = samples = 0
     loop = iter(watched)
     try:

@@ -75,8 +75,9 @@ def render(summary: dict) -> str:
              f"({_batches(s['epoch_items'])})", "",
              "".join(f"{name:{align}}" for name, align in COLUMNS)]
     lines += [_row_line(row) for row in s["stages"]]
-    lines += ["", "path s: seconds on the critical path (workers averaged; read stages share the read_wait); "
-                  "share: of a worker's time, or of the training loop's", "per slot, seconds timed / span: " +
+    lines += ["", "path s: seconds on the critical path (workers averaged; read stages share the read_wait)",
+              "share: of a worker's time, or of the training loop's; MB/s: bytes over thread seconds",
+              "per slot, seconds timed / span: " +
               ", ".join(f"{_label(slot, side)} {v['seconds']:.3f} / {_seconds(v['span_seconds'])}"
                         for slot, sides in s["slots"].items() for side, v in sides.items())]
     if s["decode_ms_per_sample"] is not None:

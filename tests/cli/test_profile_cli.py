@@ -67,6 +67,13 @@ def test_a_slow_step_keeps_up_and_no_step_is_data_bound(corgi, images):
     assert fast["stall_share"] > 0.5 and fast["verdict"].startswith("data-bound by ")
 
 
+def test_a_run_longer_than_the_epoch_stops_at_its_last_batch(corgi, images):
+    s = profile_json(corgi, images, "--batches", "100", "--batch-size", "5")
+    stages = {row["stage"]: row for row in s["stages"]}
+    assert s["items"] == s["epoch_items"] == 5 and s["samples"] == 24
+    assert stages["stall"]["calls"] == 4  # the end of the epoch (the workers' shutdown) is not waited for
+
+
 def test_plot_writes_a_timeline_png(corgi, images, tmp_path):
     out = tmp_path / "timeline.png"
     result = corgi("profile", images, "--batches", "4", "--plot", out)
