@@ -29,6 +29,7 @@ from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.piece_cache import cached_epoch
 from corgi_io.loaders.token_rows import row_items
+from corgi_io.timing.clock import HANDOFF
 
 
 def worker_items(ds):
@@ -58,12 +59,16 @@ def _handed_over(items, clock):
     handed_over`: two `perf_counter` calls an item, no switch); everything reaches the board when the pass ends
     (or is closed)."""
     clock.restart()
+    trace = getattr(clock, "trace", None)  # timing="trace": each hand-over is an interval of the timeline too
     try:
         for item in items:
             before = perf_counter()
             yield item
-            clock.handed_over += perf_counter() - before
+            after = perf_counter()
+            clock.handed_over += after - before
             clock.items += 1
+            if trace is not None:
+                trace.add(HANDOFF, before, after)
     finally:
         clock.close()
 

@@ -18,6 +18,7 @@ from corgi_io.timing.stages import NESTED, STAGES
 PER_SAMPLE = ("decode", "transform")  # the stages priced per sample (one call per sample)
 SIDES = ("trainer", "worker")          # a slot's consumer sides, whose stages partition a thread's time
 SIDE = {stage.name: stage.side for stage in STAGES}
+ORDER = {stage.name: i for i, stage in enumerate(STAGES)}  # drawing order: later stages over earlier ones
 COLUMNS = (("stage", "<12"), ("side", "<8"), ("path s", ">9"), ("share", ">7"), ("thread s", ">10"),
            ("bytes", ">8"), ("samples", ">9"), ("calls", ">7"), ("MB/s", ">8"), ("ms/sample", ">10"))
 
@@ -132,7 +133,7 @@ def timeline_figure(events: dict):
     fig = Figure(figsize=(12, 1.5 + 0.45 * len(rows)), layout="tight")
     ax = fig.subplots()
     for y, (_, height, bars) in enumerate(rows):
-        for stage, spans in bars.items():
+        for stage, spans in sorted(bars.items(), key=lambda bar: ORDER[bar[0]]):  # hand-overs over their `order`
             ax.broken_barh(spans, (-y - height / 2, height), facecolors=colours[stage],
                            alpha=0.6 if height < 0.5 else 1.0)
     ax.set_yticks([-y for y in range(len(rows))], [label for label, _, _ in rows])

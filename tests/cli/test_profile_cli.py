@@ -83,6 +83,15 @@ def test_plot_writes_a_timeline_png(corgi, images, tmp_path):
     assert data.startswith(PNG_SIGNATURE) and len(data) > 1000
 
 
+def test_the_timeline_shows_each_hand_over(images):
+    from corgi_io.loaders.profile_run import profile_loader
+
+    run = profile_loader(images, batches=6, step_ms=5)
+    kept = sum(end - start for stage, start, end in run["events"]["trainer"] if stage == "handoff")
+    counted = run["snapshot"]["slots"]["trainer"]["handoff"]["seconds"]
+    assert counted >= 6 * 0.004 and kept == pytest.approx(counted, rel=0.1)
+
+
 def test_timeline_rows_put_reads_beneath_their_worker():
     from corgi_io.report.profile import timeline_rows
 
