@@ -55,6 +55,8 @@ def profile_command(pack, world_size, rank, workers, batch_size, buffer_blocks, 
     verdict (the loader keeps up, or the loop is data-bound and by which stage)."""
     from corgi_io.report.profile import plot_timeline, render, summarize
 
+    if cache_dir is None and cache_limit is not None:
+        raise click.BadParameter("a cache's limit needs its folder: give --cache-dir", param_hint="--cache-limit")
     with one_line_errors():
         from corgi_io.loaders import Batches, Cache, Ranks, Reading, Shuffle
         from corgi_io.loaders.profile_run import decoder, profile_loader

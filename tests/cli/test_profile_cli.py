@@ -111,6 +111,7 @@ def test_timeline_rows_put_reads_beneath_their_worker():
     (["--decode", "nope"], "nope"),
     (["--balance", "size"], "balance"),
     (["--cache-limit", "lots"], "'lots' is not a size"),
+    (["--cache-limit", "1MiB"], "needs its folder: give --cache-dir"),
 ])
 def test_bad_options_fail_with_one_line(corgi, images, args, message):
     result = corgi("profile", images, *args)
