@@ -3,7 +3,9 @@
 `summarize` computes JSON-ready data from the manifest's arrays through the pure
 planner (`corgi_io.schedule`: `epoch_plans`, `split_workers`, `simulate`, all given one
 `EpochSpec`), and the shuffle quality of rank 0's order (`schedule/shuffle_quality.py`); `render` turns it into
-terminal text. Nothing here reads data or imports torch.
+terminal text.  `price_run` prices a run from the loader's plan of each epoch and a `RunModel` of the machine
+(`schedule/run_model.py`: wall time, remote bytes, cache hits, memory), `render_run` gives its text.  Nothing
+here reads data or imports torch.
 
 The step model is the planner's: a step lasts as long as its slowest rank, and a
 rank's step time is proportional to the size sum of its batch. Speed-ups are
@@ -17,10 +19,12 @@ import numpy as np
 from dataclasses import replace
 
 from corgi_io.schedule import BlockTable, EpochSpec, epoch_plans, imbalance, piece_counts, simulate, split_workers
+from corgi_io.schedule.epoch import loader_planner
+from corgi_io.schedule.run_model import PieceBytes, RunModel, predict_run
 from corgi_io.schedule.shuffle_quality import shuffle_quality
 from corgi_io.schedule.stream import buffer_plan
 from corgi_io.arguments import check_at_least
-from corgi_io.report.stats import counted
+from corgi_io.report.stats import counted, short_number
 
 
 def check_options(*, world_size: int, workers: int, batch_size, buffer_blocks: int, epoch: int, seed: int) -> None:
@@ -116,4 +120,39 @@ def render(summary: dict) -> str:
         for p in st["plans"]:
             lines.append(f"{p['plan']:<18}{p['p50']:>8.3f}{p['p95']:>8.3f}{p['max']:>8.3f}"
                          f"{p['epoch_time']:>16,.0f}{p['speedup']:>9.2f}x")
+    return "\n".join(lines)
+
+
+def price_run(blocks, samples, model: RunModel, *, world_size: int, workers: int = 0, balance: str = "count",
+              batch_size: int | None = None, epoch: int = 0, epochs: int = 1, seed: int = 0, drop_last: bool = False,
+              buffer_blocks: int = 16) -> dict:
+    """`predict_run` of a pack whose manifest has the columns `blocks` (first, count, length) and `samples` (size,
+    offset, length), read by a CorgiPile loader with these options (`Batches(batch_size)`, `Shuffle(buffer_blocks=)`,
+    ...) for `epochs` epochs from `epoch`: each epoch's planner is the loader's own (`loader_planner`)."""
+    check_options(world_size=world_size, workers=workers, batch_size=batch_size, buffer_blocks=buffer_blocks,
+                  epoch=epoch, seed=seed)
+    table = BlockTable.from_sizes(blocks.first, blocks.count, samples.size)
+
+    def planner_of(e: int):
+        return loader_planner(table, world_size, e, shuffle="corgipile", buffer_blocks=buffer_blocks, seed=seed,
+                              balance=balance, drop_last=drop_last, batch_size=batch_size)
+
+    piece_bytes = PieceBytes(blocks.first, blocks.count, blocks.length, samples.offset, samples.length)
+    return predict_run(planner_of, piece_bytes, model, workers=workers, epochs=epochs, first_epoch=epoch)
+
+
+def render_run(run: dict) -> str:
+    """Terminal text of `price_run`: the model in one line, one line per epoch, the memory bound."""
+    m = run["model"]
+    link = "no bandwidth limit" if m["bandwidth"] is None else f"{short_number(m['bandwidth'])}B/s"
+    cache = f", cache {short_number(m['cache_bytes'])}B ({m['cache_policy']})" if m["cache_bytes"] else ", no cache"
+    lines = [f"simulated run: {link}, {m['latency'] * 1e3:g} ms to first byte, {m['in_flight']} reads in flight "
+             f"per worker, decode {m['decode'] * 1e3:g} ms per sample{cache}",
+             f"{'epoch':>6}{'wall time':>12}{'slowest rank':>14}{'decode':>10}{'remote bytes':>14}{'hit rate':>10}"]
+    for e in run["epochs"]:
+        hits = "-" if e["hit_rate"] is None else f"{e['hit_rate']:.0%}"
+        lines.append(f"{e['epoch']:>6}{e['wall_time']:>10.2f} s{e['slowest_rank']:>14}{e['decode_time']:>8.2f} s"
+                     f"{short_number(e['remote_bytes']) + 'B':>14}{hits:>10}")
+    lines.append(f"memory bound (buffer + read-ahead): {short_number(run['memory']['worker'])}B per worker, "
+                 f"{short_number(run['memory']['rank'])}B per rank")
     return "\n".join(lines)
