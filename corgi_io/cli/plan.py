@@ -53,6 +53,10 @@ SIMULATE_OPTIONS = [  # (name, click.option): what `--simulate` prices a run on;
     ("decode_ms_per_mb", click.option(
         "--decode-ms-per-mb", type=click.FloatRange(min=0), default=0.0, show_default=True,
         help="With --simulate: CPU milliseconds per MB (10^6 bytes) read: checksums, split, decode by size.")),
+    ("start_ms", click.option(
+        "--start-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+        help="With --simulate: milliseconds before each worker's first read, every epoch (a DataLoader worker "
+             "process's start).")),
     ("cores", click.option(
         "--cores", type=click.IntRange(min=1),
         help="With --simulate: CPU cores a rank's workers share. Default: one per worker.")),
@@ -149,7 +153,8 @@ def _price(m, dataset: str, simulate: dict, world_size: int, options: dict) -> d
     model = RunModel(bandwidth=float("inf") if s["bandwidth"] is None else float(s["bandwidth"]),
                      latency=s["latency_ms"] / 1e3, decode=s["decode_ms"] / 1e3,
                      in_flight=s["read_threads"] or (REMOTE_READS if remote else LOCAL_READS),
-                     decode_per_byte=s["decode_ms_per_mb"] / 1e9, cores=s["cores"], cache_bytes=s["cache_bytes"] or 0)
+                     decode_per_byte=s["decode_ms_per_mb"] / 1e9, cores=s["cores"], start=s["start_ms"] / 1e3,
+                     cache_bytes=s["cache_bytes"] or 0)
     epochs = s["epochs"] or (2 if model.cache_bytes else 1)
     return price_run(m.blocks, m.samples, model, world_size=world_size, epochs=epochs, **options)
 

@@ -92,13 +92,14 @@ class RankClock:
 
     `latency` s before each read's first byte, `bandwidth` bytes/s shared by the rank (inf: no limit), `threads`
     reads in flight and `ahead` pieces read ahead per worker, `slow`: the factor on every CPU time (workers
-    sharing fewer cores than they are)."""
+    sharing fewer cores than they are), `start`: when the workers begin."""
 
-    def __init__(self, passes, *, latency: float, bandwidth: float, threads: int, ahead: int, slow: float = 1.0):
+    def __init__(self, passes, *, latency: float, bandwidth: float, threads: int, ahead: int, slow: float = 1.0,
+                 start: float = 0.0):
         self.workers = [_Worker(p) for p in passes]
         self.latency, self.threads, self.ahead, self.slow = latency, max(1, threads), max(1, ahead), slow
         self.link = None if math.isinf(bandwidth) else Link(bandwidth)
-        self.now, self.events, self.count = 0.0, [], 0
+        self.now, self.events, self.count = start, [], 0
 
     def run(self) -> list:
         for w in range(len(self.workers)):

@@ -12,6 +12,7 @@ The model, per rank (docs/algorithms.md, "Pricing a run"):
 * **decode**: each worker's one consumer thread spends `decode` s per sample plus `decode_per_byte` s per byte
   on a buffer once all its pieces are in (workers beyond `cores` share them), while the reads of the next
   buffer go on: a worker's time is about max(reads, decode) plus the first buffer's reads;
+* **start**: each worker begins `start` s after the epoch (a DataLoader worker process's start);
 * **the rank** takes as long as its slowest worker (a DataLoader takes its workers' batches in turn);
 * **cache** (`cache_replay.py`): one folder of `cache_bytes` per rank, replayed with the loader's own eviction
   policy; a hit costs no read time; epochs after the first start from the folder the one before left;
@@ -19,7 +20,7 @@ The model, per rank (docs/algorithms.md, "Pricing a run"):
   bound, `reading/piece_reader.py`); per rank, its workers' sum.
 
 Left out: the loader's own CPU per sample (split, order, collate: ~15 us, against a decode of ~1 ms), the
-start of worker processes, the manifest's requests, the training step (the loader is assumed to run flat out).
+manifest's requests, the training step (the loader is assumed to run flat out).
 
 Cost: the planning of every rank's workers, O(N) per epoch (what the loader itself computes); the clock
 O(P log P) for a rank of P pieces; the cache O(R K log R) for R reads by K workers.  No I/O, no torch.
@@ -43,8 +44,9 @@ class RunModel:
     inf: no limit), `latency` (s before each read's first byte), `in_flight` (reads per worker at once:
     `Reading(threads)`), `prefetch` (pieces read ahead per worker: `Reading(prefetch_blocks)`; None: the buffer's
     blocks), `decode` (CPU s per sample, as `corgi profile` measures it) and `decode_per_byte` (CPU s per byte
-    read), `cores` (CPU cores a rank's workers share; None: one each), `cache_bytes` (a rank's cache of remote
-    pieces, 0: none) and `cache_policy` (`Cache(policy=)`)."""
+    read), `cores` (CPU cores a rank's workers share; None: one each), `start` (s before a worker's first read:
+    its process's start), `cache_bytes` (a rank's cache of remote pieces, 0: none) and `cache_policy`
+    (`Cache(policy=)`)."""
 
     bandwidth: float = math.inf
     latency: float = 0.0
@@ -53,12 +55,13 @@ class RunModel:
     decode: float = 0.0
     decode_per_byte: float = 0.0
     cores: int | None = None
+    start: float = 0.0
     cache_bytes: int = 0
     cache_policy: str = "belady"
 
     def __post_init__(self):
         check_number("bandwidth", self.bandwidth, strict=True)
-        for name in ("latency", "decode", "decode_per_byte"):
+        for name in ("latency", "decode", "decode_per_byte", "start"):
             check_number(name, getattr(self, name))
         check_at_least("in_flight", self.in_flight, 1, optional=False)
         check_at_least("prefetch", self.prefetch, 1)
@@ -147,7 +150,7 @@ def rank_epoch(works: list, remote: list, warm: list, model: RunModel, ahead: in
     passes = [WorkerPass(work.nbytes, flags, work.ends, c, ahead_bytes)
               for work, flags, c, ahead_bytes in zip(works, remote, cpu, warm)]
     clock = RankClock(passes, latency=model.latency, bandwidth=model.bandwidth, threads=min(model.in_flight, ahead),
-                      ahead=ahead, slow=slow)
+                      ahead=ahead, slow=slow, start=model.start)
     return {"time": max(clock.run(), default=0.0), "decode": max((float(c.sum()) * slow for c in cpu), default=0.0)}
 
 

@@ -44,8 +44,9 @@ def test_one_rank_reads_the_pack_once_at_the_link_rate(packed, simulate):
 
 
 def test_decode_alone_is_samples_times_its_cost_on_the_slowest_worker(simulate):
-    epoch, = simulate("--decode-ms", "2", "--workers", "2")["epochs"]
-    assert epoch["wall_time"] == pytest.approx(N / 2 * 0.002) and epoch["decode_time"] == pytest.approx(N / 2 * 0.002)
+    epoch, = simulate("--decode-ms", "2", "--workers", "2", "--start-ms", "30")["epochs"]
+    assert epoch["wall_time"] == pytest.approx(0.030 + N / 2 * 0.002)
+    assert epoch["decode_time"] == pytest.approx(N / 2 * 0.002)
 
 
 def test_latency_alone_is_a_round_trip_per_wave_of_reads(simulate):

@@ -79,11 +79,11 @@ def test_more_bandwidth_never_predicts_a_slower_epoch(pack, workers, bandwidth, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(packs(), st.integers(0, 3), st.floats(0.0, 0.01), st.floats(0.0, 1e-6))
-def test_no_latency_and_no_bandwidth_limit_leave_the_decode_bound(pack, workers, decode, per_byte):
-    epoch = pack.predict(RunModel(decode=decode, decode_per_byte=per_byte), workers)["epochs"][0]
+@given(packs(), st.integers(0, 3), st.floats(0.0, 0.01), st.floats(0.0, 1e-6), st.floats(0.0, 0.1))
+def test_no_latency_and_no_bandwidth_limit_leave_the_decode_bound(pack, workers, decode, per_byte, start):
+    epoch = pack.predict(RunModel(decode=decode, decode_per_byte=per_byte, start=start), workers)["epochs"][0]
     cpu = [samples * decode + sum(pack.read_bytes(pieces)) * per_byte for _, pieces, samples in pack.workers(workers)]
-    assert epoch["wall_time"] == pytest.approx(max(cpu), rel=1e-9, abs=1e-12)
+    assert epoch["wall_time"] == pytest.approx(start + max(cpu), rel=1e-9, abs=1e-12)
     assert epoch["decode_time"] == pytest.approx(max(cpu), rel=1e-9, abs=1e-12)
 
 
@@ -176,7 +176,8 @@ def test_the_link_shares_its_bandwidth_among_the_transfers_under_way():
 
 @pytest.mark.parametrize("options,message", [({"bandwidth": 0}, "bandwidth"), ({"latency": -1.0}, "latency"),
                                              ({"in_flight": 0}, "in_flight"), ({"cache_bytes": -1}, "cache_bytes"),
-                                             ({"cache_policy": "fifo"}, "cache_policy"), ({"cores": 0}, "cores")])
+                                             ({"cache_policy": "fifo"}, "cache_policy"), ({"cores": 0}, "cores"),
+                                             ({"start": -0.1}, "start")])
 def test_a_bad_model_is_refused_by_name(options, message):
     with pytest.raises(ArgumentError, match=message):
         RunModel(**options)
