@@ -146,8 +146,9 @@ def render_run(run: dict) -> str:
     m = run["model"]
     link = "no bandwidth limit" if m["bandwidth"] is None else f"{short_number(m['bandwidth'])}B/s"
     cache = f", cache {short_number(m['cache_bytes'])}B ({m['cache_policy']})" if m["cache_bytes"] else ", no cache"
+    start = f", workers start in {m['start'] * 1e3:g} ms" if m["start"] else ""
     lines = [f"simulated run: {link}, {m['latency'] * 1e3:g} ms to first byte, {m['in_flight']} reads in flight "
-             f"per worker, decode {m['decode'] * 1e3:g} ms per sample{cache}",
+             f"per worker, decode {m['decode'] * 1e3:g} ms per sample{cache}{start}",
              f"{'epoch':>6}{'wall time':>12}{'slowest rank':>14}{'decode':>10}{'remote bytes':>14}{'hit rate':>10}"]
     for e in run["epochs"]:
         hits = "-" if e["hit_rate"] is None else f"{e['hit_rate']:.0%}"
