@@ -148,7 +148,8 @@ class CacheReplay:
         return book
 
     def _keep(self, book: HeapBook, key: str) -> None:
-        """A fetched piece offered to the folder: evict what the policy says, keep it if admitted (`PieceCache._keep`)."""
+        """A fetched piece offered to the folder: evict what the policy says, keep it if admitted
+        (`PieceCache._keep`)."""
         decision = book.decide(key, self.sizes[key], self.folder)
         for victim in decision.evict:
             self.folder.remove(victim)
