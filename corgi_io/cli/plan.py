@@ -9,6 +9,7 @@ import click
 from click.core import ParameterSource
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.sizes import byte_size
 from corgi_io.cli.storage_options import with_storage_options
 from corgi_io.schedule.modes import BALANCES
 
@@ -16,27 +17,9 @@ STATIC_BALANCES = [name for name, mode in BALANCES.items() if not mode.measured_
 LOCAL_READS, REMOTE_READS = 2, 8  # reads in flight by default: local storage's, and the most a remote one grows to
 
 
-def _bytes(ctx, param, value):
-    """--cache-bytes and --bandwidth (with or without '/s'): '512MiB', '100MB/s', '2g' -> bytes (`corgi pack`'s
-    parser, binary multiples, imported when used: `corgi plan --help` loads nothing heavy)."""
-    from corgi_io.cli.pack import parse_bytes
-
-    if value is None:
-        return None
-    rate = param.name == "bandwidth"
-    try:
-        nbytes = parse_bytes(value[:-2] if rate and value.lower().endswith("/s") else value)
-    except click.BadParameter:
-        nbytes = None
-    if nbytes is None or (rate and nbytes == 0):
-        example = "a rate above 0 such as 100MB/s or 1GiB/s" if rate else "a size such as 512MiB or 4G"
-        raise click.BadParameter(f"{value!r} is not {example}", ctx, param)
-    return nbytes
-
-
 SIMULATE_OPTIONS = [  # (name, click.option): what `--simulate` prices a run on; refused without it
     ("bandwidth", click.option(
-        "--bandwidth", metavar="RATE", callback=_bytes,
+        "--bandwidth", metavar="RATE", callback=byte_size,
         help="With --simulate: a rank's link to the pack, shared by its workers, such as 100MB/s (binary "
              "multiples). Default: no limit.")),
     ("latency_ms", click.option(
@@ -61,7 +44,7 @@ SIMULATE_OPTIONS = [  # (name, click.option): what `--simulate` prices a run on;
         "--cores", type=click.IntRange(min=1),
         help="With --simulate: CPU cores a rank's workers share. Default: one per worker.")),
     ("cache_bytes", click.option(
-        "--cache-bytes", metavar="SIZE", callback=_bytes,
+        "--cache-bytes", metavar="SIZE", callback=byte_size,
         help="With --simulate: a rank's cache of remote pieces (Cache(folder, limit)), such as 200GiB. "
              "Default: none.")),
     ("epochs", click.option(

@@ -7,18 +7,12 @@ import json
 import click
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.sizes import byte_size
 from corgi_io.cli.storage_options import with_storage_options
 from corgi_io.schedule.eviction import EVICTIONS
 from corgi_io.schedule.modes import BALANCES, SHUFFLES
 
 STATIC_BALANCES = [name for name, mode in BALANCES.items() if not mode.measured_cost]  # nothing observed here
-
-
-def _size(ctx, param, value):
-    """--cache-limit: '64MiB', '2g', '1000' -> bytes (the parser `corgi pack` sizes with, imported when used)."""
-    from corgi_io.cli.pack import parse_bytes
-
-    return None if value is None else parse_bytes(value)
 
 
 @click.command("profile")
@@ -39,7 +33,7 @@ def _size(ctx, param, value):
 @click.option("--prefetch-blocks", type=int, help="Pieces read ahead of the buffer (Reading(prefetch_blocks)).")
 @click.option("--no-verify", is_flag=True, help="Skip the checksums (Reading(verify=False)).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Cache remote pieces in this folder.")
-@click.option("--cache-limit", metavar="SIZE", callback=_size, help="The cache's bytes (512MiB, 2g...).")
+@click.option("--cache-limit", metavar="SIZE", callback=byte_size, help="The cache's bytes (512MiB, 2g...).")
 @click.option("--cache-policy", type=click.Choice(list(EVICTIONS)), default="belady", show_default=True)
 @with_storage_options
 @click.option("--step-ms", type=float, default=0.0, show_default=True,

@@ -30,6 +30,7 @@ import warnings
 
 from corgi_io.errors import CorgiError, CorruptDataError
 from corgi_io.reading.cache_writer import CacheWriter
+from corgi_io.schedule.eviction import piece_key
 from corgi_io.storage.cache_folder import disk_full
 
 
@@ -46,12 +47,6 @@ def warn_write_failed(path, exc: Exception) -> None:
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
     warnings.warn(f"{path}: cache write failed ({type(exc).__name__}: {reason}): this process reads on without "
                   f"caching", stacklevel=2)
-
-
-def piece_key(piece) -> str:
-    """The cache's name for a piece (block, start, stop): its sample rows, which fix its bytes in the pack."""
-    _, start, stop = piece
-    return f"{int(start)}-{int(stop)}"
 
 
 class PieceCache:

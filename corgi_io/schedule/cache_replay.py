@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corgi_io.schedule.eviction import CacheBook, decide
+from corgi_io.schedule.eviction import CacheBook, decide, piece_key
 
 READ, WARM = 0, 1  # a read of the epoch; a prefetch of the next epoch's
 
 
 def piece_keys(pieces) -> list:
-    """The loader's names of cached pieces (rows block, start, stop): their sample rows, `"start-stop"`, as
-    `reading.piece_cache.piece_key` names them (this layer cannot import that one)."""
-    return [f"{start}-{stop}" for _, start, stop in np.asarray(pieces, np.int64).reshape(-1, 3).tolist()]
+    """The loader's names of cached pieces (rows block, start, stop): `eviction.piece_key` of each."""
+    return [piece_key(piece) for piece in np.asarray(pieces, np.int64).reshape(-1, 3).tolist()]
 
 
 @dataclass

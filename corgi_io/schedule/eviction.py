@@ -23,6 +23,13 @@ from corgi_io.arguments import check_at_least, choose
 NEVER = float("inf")  # the urgency of a piece that the known future does not read again
 
 
+def piece_key(piece) -> str:
+    """The cache's name for a piece (block, start, stop): its sample rows, which fix its bytes in the pack (the
+    loader's `PieceCache` and `corgi plan --simulate`'s replay name pieces alike)."""
+    _, start, stop = piece
+    return f"{int(start)}-{int(stop)}"
+
+
 class FutureUses:
     """The positions at which each piece is read in a known future order (a list of piece keys), and how many
     of each piece's reads have happened: reads that finish out of order (several in flight) still consume
