@@ -10,6 +10,7 @@ import click
 from click.core import ParameterSource
 
 from corgi_io.cli.errors import one_line_errors
+from corgi_io.cli.index import READERS_HELP, index_names, write_and_report
 from corgi_io.cli.storage_options import with_storage_options
 from corgi_io.formats import FORMATS
 from corgi_io.manifest import DEFAULT_MAX_PIXELS, KINDS
@@ -161,12 +162,15 @@ def check_dask_address(ctx, param, value):
               help="With an s3:// OUTPUT: the local folder where shards are written before they are uploaded "
                    "(default: a temporary folder). It holds about one unit's shards per worker at a time; with "
                    "--dask every worker must see it.")
+@click.option("--index", "indexes", metavar="READER,...", callback=index_names,
+              help=f"Once the pack is complete, also write other readers' index files beside it (as `corgi index "
+                   f"OUTPUT --for ...`). {READERS_HELP} A local OUTPUT only.")
 @with_storage_options
 @click.pass_context
 def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file,
                  block_samples, block_bytes, shard_bytes, order, seed, workers, dask_address, size_fn, max_pixels,
                  max_sample_bytes, image_max_side, image_format, image_quality, tokenizer, drop_text, map_function,
-                 map_timeout, dedup, min_size, max_size, strict, overwrite, staging, storage_options):
+                 map_timeout, dedup, min_size, max_size, strict, overwrite, staging, indexes, storage_options):
     """Pack SOURCE into shards and a manifest in OUTPUT: a folder tree or a .csv/.jsonl listing of raw files,
     or existing WebDataset tars, TFRecord files, Parquet or JSONL tables (see --from).
 
@@ -181,6 +185,9 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
     if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
         raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
                                "(use --dask local:N for N local worker processes)")
+    if indexes and (fmt != "wds" or "://" in output):
+        raise click.UsageError("--index is for a local OUTPUT of --format wds (the readers' indexes are of tar "
+                               "shards): for an s3:// one, run `corgi index` on a local copy")
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
@@ -200,6 +207,8 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
                         staging=staging)
     click.echo(f"packed {counted(manifest.num_samples, 'sample')} into {counted(len(manifest.blocks), 'block')} "
                f"and {counted(len(manifest.shards), 'shard')} in {output} ({manifest.skips['count']} skipped)")
+    if indexes:
+        write_and_report("pack", manifest, indexes, storage_options, output)
 
 
 def _dask_client(address):
