@@ -11,7 +11,7 @@ from corgi_io.indexes import INDEXES
 
 READERS_HELP = (f"The readers to write index files for, joined by commas: {', '.join(INDEXES)}. wids: shardindex.json "
                 f"(wids.ShardListDataset); dali: a .idx per shard (fn.readers.webdataset's index_paths). WebDataset "
-                f"packs only.")
+                f"packs, in a local folder or S3.")
 
 
 def index_names(ctx, param, value) -> tuple:

@@ -164,7 +164,7 @@ def check_dask_address(ctx, param, value):
                    "--dask every worker must see it.")
 @click.option("--index", "indexes", metavar="READER,...", callback=index_names,
               help=f"Once the pack is complete, also write other readers' index files beside it (as `corgi index "
-                   f"OUTPUT --for ...`). {READERS_HELP} A local OUTPUT only.")
+                   f"OUTPUT --for ...`). {READERS_HELP}")
 @with_storage_options
 @click.pass_context
 def pack_command(ctx, source, output, fmt, from_, features, columns, label_field, kind, primary, require, labels_file,
@@ -185,9 +185,8 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
     if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
         raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
                                "(use --dask local:N for N local worker processes)")
-    if indexes and (fmt != "wds" or "://" in output):
-        raise click.UsageError("--index is for a local OUTPUT of --format wds (the readers' indexes are of tar "
-                               "shards): for an s3:// one, run `corgi index` on a local copy")
+    if indexes and fmt != "wds":
+        raise click.UsageError("--index is for --format wds: the readers' indexes are of tar shards")
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())

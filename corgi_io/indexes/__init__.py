@@ -33,23 +33,46 @@ def parse_indexes(text) -> tuple:
 
 def write_indexes(pack, indexes, storage_options: dict | None = None) -> dict:
     """Write the index files of each of `indexes` ('wids,dali' or names) beside the WebDataset pack `pack` (a
-    local folder or an opened Manifest): {index name: [paths written, relative to the pack's root]}.
+    local folder, an s3:// URL or an opened Manifest): {index name: [paths written, relative to the pack's root]}.
 
-    ArgumentError for a pack of another format or one that is not in a local folder; FormatError naming the
-    shard, byte offset and key when a shard disagrees with the manifest (`members`).
+    Local files are written atomically in place; for a pack in S3 they are written to a temporary folder, then
+    each is uploaded whole (`ObjectWriter`: an object appears complete or not at all).  ArgumentError for a pack
+    of another format or in another store; FormatError naming the shard, byte offset and key when a shard
+    disagrees with the manifest (`members`).
     """
     from corgi_io.manifest import open_manifest
     from corgi_io.storage import open_storage
+    from corgi_io.storage.upload import is_object_store, read_options
 
     names = parse_indexes(indexes)
-    manifest = open_manifest(pack, storage_options)
+    manifest = open_manifest(pack, read_options(storage_options))
     if manifest.format != "wds":
         raise ArgumentError(f"{manifest.root}: {', '.join(names)} index files are for WebDataset (tar) packs; "
                             f"this pack's format is {manifest.format}")
-    with open_storage(manifest.root, **dict(storage_options or {})) as storage:
+    with open_storage(manifest.root, **read_options(storage_options)) as storage:
         folder = storage.local_path("")
-        if folder is None:
-            raise ArgumentError(f"{manifest.root}: index files are written beside a pack in a local folder; "
-                                f"write them beside a local copy and upload them with the pack")
-        return {name: importlib.import_module(INDEX_MODULES[name]).write(manifest, storage, folder.rstrip("/"))
-                for name in names}
+        if folder is not None:
+            return _write(manifest, storage, folder.rstrip("/"), names)
+        if not is_object_store(manifest.root):
+            raise ArgumentError(f"{manifest.root}: index files are written beside a pack in a local folder or in "
+                                f"S3 (s3://); index a local copy of this one")
+        return _write_and_upload(manifest, storage, names, storage_options)
+
+
+def _write(manifest, storage, folder: str, names: tuple) -> dict:
+    """Each index of `names` written under `folder`: {name: [relative paths]}."""
+    return {name: importlib.import_module(INDEX_MODULES[name]).write(manifest, storage, folder) for name in names}
+
+
+def _write_and_upload(manifest, storage, names: tuple, storage_options: dict | None) -> dict:
+    """`_write` into a temporary folder, then each file uploaded beside the S3 pack under its relative path."""
+    import tempfile
+
+    from corgi_io.storage.upload import ObjectWriter
+
+    writer = ObjectWriter(manifest.root, storage_options)
+    with tempfile.TemporaryDirectory(prefix="corgi-index-") as staging:
+        written = _write(manifest, storage, staging, names)
+        for relpath in (relpath for paths in written.values() for relpath in paths):
+            writer.put(f"{staging}/{relpath}", relpath)
+    return written

@@ -12,6 +12,7 @@ without names, which DALI accepts alike (the names only label its error messages
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -31,7 +32,8 @@ def index_path(shard_path: str) -> str:
 
 
 def write(manifest, storage, folder: str) -> list:
-    """Write each shard's `.idx` under `folder` (the pack's root), atomically; the paths written, relative."""
+    """Write each shard's `.idx` under `folder` (the pack's root, or where it is staged), atomically; the paths
+    written, relative."""
     written, unnamed = [], []
     for shard in range(len(manifest.shards)):
         spaced = _first_spaced_key(manifest, shard)
@@ -49,6 +51,7 @@ def write(manifest, storage, folder: str) -> list:
 def _write_shard(manifest, storage, folder: str, shard: int, named: bool) -> str:
     """Write the index of shard `shard`; its path relative to the pack's root."""
     relpath = index_path(manifest.shards.path(shard))
+    os.makedirs(os.path.dirname(f"{folder}/{relpath}"), exist_ok=True)  # a shard's folder, where staged for S3
     with atomic_output(f"{folder}/{relpath}", "w") as out:
         out.write(f"{VERSION if named else UNNAMED_VERSION} {int(manifest.shards.samples[shard])}\n")
         for _key, members in shard_samples(manifest, storage, shard):

@@ -19,7 +19,6 @@ lost and its shard's count is off.  One warning names the first such key; the JS
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import numpy as np
@@ -33,11 +32,12 @@ USTAR_NAME_BYTES = 100  # the longest member name a plain ustar header holds
 
 
 def write(manifest, storage, folder: str) -> list:
-    """Write `folder`/shardindex.json (the pack's root), atomically; the path written, relative, in a list."""
+    """Write `folder`/shardindex.json (the pack's root, or where it is staged), atomically, named after the pack's
+    folder; the path written, relative, in a list."""
     shards = manifest.shards
     shardlist = [{"url": shards.path(i), "nsamples": int(shards.samples[i]), "filesize": int(shards.bytes[i])}
                  for i in range(len(shards))]
-    spec = {"__kind__": KIND, "wids_version": 1, "name": os.path.basename(folder.rstrip("/")),
+    spec = {"__kind__": KIND, "wids_version": 1, "name": storage.root.rstrip("/").rsplit("/", 1)[-1],
             "shardlist": shardlist}
     with atomic_output(f"{folder}/{FILE_NAME}", "w") as out:
         json.dump(spec, out, indent=1)
