@@ -32,7 +32,8 @@ def _delimited(field: int, payload_length: int) -> bytes:
 
 
 def encode_example(bytes_features: dict, int_features: dict) -> tuple:
-    """(list of byte strings forming one serialized Example, {name: offset of each bytes value}).
+    """(list of byte strings forming one serialized Example, {name: (where its map entry starts, where its value
+    starts)} of each bytes feature).
 
     Returning parts lets a large payload be written without copying it into the message.
     """
@@ -55,7 +56,7 @@ def encode_example(bytes_features: dict, int_features: dict) -> tuple:
     position, offsets = len(parts[0]), {}
     for head, value, name in entries:
         parts += [head, value]
-        offsets[name] = position + len(head)
+        offsets[name] = (position, position + len(head))
         position += len(head) + len(value)
     return parts, {name: offsets[name] for name in bytes_features}
 
@@ -76,9 +77,11 @@ def _read_varint(buffer, position: int) -> tuple:
 
 
 def _fields(buffer, start: int, end: int):
-    """(field number, wire type, value or (start, end) of a delimited payload) over buffer[start:end]."""
+    """(field number, wire type, value or (start, end) of a delimited payload, where its tag starts) over
+    buffer[start:end]."""
     position = start
     while position < end:
+        at = position
         tag, position = _read_varint(buffer, position)
         field, wire = tag >> 3, tag & 7
         if wire == VARINT:
@@ -92,7 +95,7 @@ def _fields(buffer, start: int, end: int):
             raise ValueError(f"unsupported wire type {wire}")
         if position > end:
             raise ValueError("field runs past the end of its message")
-        yield field, wire, value
+        yield field, wire, value, at
 
 
 def _span(value, what: str) -> tuple:
@@ -113,31 +116,35 @@ def decode_example(buffer) -> dict:
 
     Every malformed Example raises ValueError (UnicodeDecodeError for a name that is not UTF-8), nothing else:
     the bytes are untrusted, and a wire type other than the schema's is refused where it matters."""
-    features = {}
-    for field, _, span in _fields(buffer, 0, len(buffer)):
+    return {name: values for name, _, values in feature_entries(buffer)}
+
+
+def feature_entries(buffer):
+    """(name, where its map entry's tag starts, its values as `decode_example` gives them) of each feature of a
+    serialized Example, in the order the bytes hold them (a name repeated: the last one is the feature)."""
+    for field, _, span, _ in _fields(buffer, 0, len(buffer)):
         if field != 1:
             continue
-        for entry_field, _, entry in _delimited_fields(buffer, span, "Example.features"):
+        for entry_field, _, entry, at in _delimited_fields(buffer, span, "Example.features"):
             if entry_field != 1:
                 continue
             name, value = "", []  # protobuf's default for a map entry without its key
-            for key_field, _, part in _delimited_fields(buffer, entry, "a feature map entry"):
+            for key_field, _, part, _ in _delimited_fields(buffer, entry, "a feature map entry"):
                 if key_field == 1:
                     name = bytes(buffer[slice(*_span(part, "a feature's name"))]).decode("utf-8")
                 elif key_field == 2:
                     value = _feature_values(buffer, part)
-            features[name] = value
-    return features
+            yield name, at, value
 
 
 def _feature_values(buffer, span) -> list:
     """The values of one Feature message: (start, end) spans for a bytes_list, ints for an int64_list
     (packed or not), none for a float_list."""
     values = []
-    for kind, _, inner in _delimited_fields(buffer, span, "a Feature"):
+    for kind, _, inner, _ in _delimited_fields(buffer, span, "a Feature"):
         if kind not in (BYTES_LIST, INT64_LIST):
             continue
-        for field, wire, item in _delimited_fields(buffer, inner, "a feature's value list"):
+        for field, wire, item, _ in _delimited_fields(buffer, inner, "a feature's value list"):
             if field != 1:
                 continue
             if kind == BYTES_LIST:

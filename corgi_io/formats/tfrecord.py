@@ -20,8 +20,8 @@ import crc32c
 import numpy as np
 
 from corgi_io.errors import FormatError
-from corgi_io.formats import RESERVED_FIELDS, Record
-from corgi_io.formats.example_proto import decode_example, encode_example
+from corgi_io.formats import RESERVED_FIELDS, FieldSpan, Record
+from corgi_io.formats.example_proto import encode_example, feature_entries
 
 SUFFIX = ".tfrecord"
 TRAILER = b""
@@ -41,12 +41,16 @@ def masked_crc(*parts) -> bytes:
 
 
 def encode(key: str, ext: str, data: bytes, label: int, size: int, extra=()):
-    """Framed record for one sample, `extra` ((name, bytes) pairs) as features of their own names:
-    (list of byte strings, primary payload offset in the record)."""
-    example, offsets = encode_example({**dict(extra), "key": key.encode("utf-8"), "ext": ext.encode("utf-8"),
-                                       "data": data}, {"label": label, "size": size})
+    """Framed record for one sample, `extra` ((name, bytes) pairs) as features of their own names: (list of byte
+    strings, a FieldSpan per field relative to the record: its feature's map entry and bytes value, in record order)."""
+    values = {**dict(extra), "data": data}
+    example, offsets = encode_example({**values, "key": key.encode("utf-8"), "ext": ext.encode("utf-8")},
+                                      {"label": label, "size": size})
     length_bytes = struct.pack("<Q", sum(len(part) for part in example))
-    return [length_bytes, masked_crc(length_bytes), *example, masked_crc(*example)], 12 + offsets["data"]
+    spans = sorted((FieldSpan(ext if feature == "data" else feature, 12 + offsets[feature][0],
+                              12 + offsets[feature][1], len(value)) for feature, value in values.items()),
+                   key=lambda span: span.header)
+    return [length_bytes, masked_crc(length_bytes), *example, masked_crc(*example)], tuple(spans)
 
 
 def estimate_record_bytes(nbytes, key_bytes, fields=1):
@@ -105,17 +109,25 @@ def parse_block(buffer, base_offset: int = 0):
 
 
 def _record(example, offset: int, length: int) -> Record:
-    """The Record of one Example: the primary field from ``data`` (named by ``ext``), the others by feature name."""
+    """The Record of one Example: the primary field from ``data`` (named by ``ext``), the others by feature name,
+    each with its FieldSpan (the feature's map entry and bytes value)."""
+    base = offset + 12  # where the Example starts in the shard
     try:
-        features = decode_example(example)
-        (data_start, data_end), (key_start, key_end) = features["data"][0], features["key"][0]
-        label = features["label"][0]
+        features = {name: (at, values) for name, at, values in feature_entries(example)}
+        (key_start, key_end), label = features["key"][1][0], features["label"][1][0]
         key = bytes(example[key_start:key_end]).decode("utf-8")
-        ext = bytes(example[slice(*features["ext"][0])]).decode("utf-8") if features.get("ext") else ""
-        data = bytes(example[data_start:data_end])
-        fields = ((ext, data), *((name, bytes(example[slice(*values[0])])) for name, values in features.items()
-                                 if isinstance(name, str) and name not in RESERVED_FIELDS and values
-                                 and isinstance(values[0], tuple)))
+        ext = bytes(example[slice(*features["ext"][1][0])]).decode("utf-8") if features.get("ext", (0, ()))[1] else ""
+        names = ["data", *(name for name, (_, values) in features.items() if name not in RESERVED_FIELDS and values
+                           and isinstance(values[0], tuple))]
+        spans = [_field_span(ext if name == "data" else name, *features[name], base) for name in names]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise FormatError(offset, f"not a corgi tf.train.Example ({type(exc).__name__}: {exc})") from None
-    return Record(key, data, label, offset, length, offset + 12 + data_start, fields)
+    fields = tuple((span.name, bytes(example[span.offset - base:span.offset - base + span.length])) for span in spans)
+    return Record(key, fields[0][1], label, offset, length, spans[0].offset, fields,
+                  tuple(sorted(spans, key=lambda span: span.header)))
+
+
+def _field_span(name: str, at: int, values: list, base: int) -> FieldSpan:
+    """The FieldSpan of a bytes feature whose map entry starts at `at` of an Example that starts at `base`."""
+    start, end = values[0]  # an int feature under a field's name: TypeError
+    return FieldSpan(name, base + at, base + start, end - start)

@@ -12,7 +12,7 @@ import io
 import tarfile
 
 from corgi_io.errors import FormatError
-from corgi_io.formats import Record
+from corgi_io.formats import FieldSpan, Record
 
 SUFFIX = ".tar"
 BLOCK = tarfile.BLOCKSIZE
@@ -52,15 +52,17 @@ def _header(name: str, size: int) -> bytes:
 
 def encode(key: str, ext: str, data: bytes, label: int, size: int, extra=()):
     """Tar members for one sample, the primary field first, then `extra` ((name, bytes) pairs), then the label:
-    (list of byte strings, primary payload offset in the record)."""
-    header = _header(f"{key}.{ext}", len(data))
-    parts = [header, data, b"\0" * (_padded(len(data)) - len(data))]
-    for name, value in extra:
-        parts += [_header(f"{key}.{name}", len(value)), value, b"\0" * (_padded(len(value)) - len(value))]
+    (list of byte strings, a FieldSpan per field relative to the record: its member's header and payload)."""
+    parts, spans, at = [], [], 0
+    for name, value in ((ext, data), *extra):
+        header = _header(f"{key}.{name}", len(value))
+        parts += [header, value, b"\0" * (_padded(len(value)) - len(value))]
+        spans.append(FieldSpan(name, at, at + len(header), len(value)))
+        at += len(header) + _padded(len(value))
     if label >= 0:
         digits = str(label).encode()
         parts += [_header(f"{key}.cls", len(digits)), digits, b"\0" * (BLOCK - len(digits))]
-    return parts, len(header)
+    return parts, tuple(spans)
 
 
 def estimate_record_bytes(nbytes, key_bytes, fields=1):
@@ -83,11 +85,12 @@ def parse_block(buffer, base_offset: int = 0):
     """Parse whole samples from the bytes of one block (or a whole shard) with `tarfile`.
 
     Consecutive members of one key are one sample: its first member is the primary field (`data`),
-    every member but ``.cls`` a field, and ``.cls`` its label.  Raises FormatError naming the
+    every member but ``.cls`` a field (with its FieldSpan: the member's header offset, a pax header's if it has
+    one, and its payload), and ``.cls`` its label.  Raises FormatError naming the
     absolute offset where the bytes stop being valid tar.
     """
     buffer = memoryview(buffer)
-    pending = None  # [key, record start, fields, primary data offset, label]
+    pending = None  # [key, record start, fields, primary data offset, label, spans]
     end = 0
     try:
         for member in tarfile.open(fileobj=io.BytesIO(buffer), mode="r:", encoding="utf-8"):
@@ -102,11 +105,13 @@ def parse_block(buffer, base_offset: int = 0):
                 pending = None
             end = member.offset_data + _padded(member.size)
             if pending is None:
-                pending = [key, member.offset, [], member.offset_data, -1]
+                pending = [key, member.offset, [], member.offset_data, -1, []]
             if ext == "cls" and pending[2]:
                 pending[4] = int(data)
             else:
                 pending[2].append((ext, data))
+                pending[5].append(FieldSpan(ext, base_offset + member.offset, base_offset + member.offset_data,
+                                            member.size))
         if pending:
             yield _record(pending, end, base_offset)
     except tarfile.TarError as exc:
@@ -124,5 +129,6 @@ def _split_name(name: str) -> tuple:
 
 
 def _record(pending, end: int, base_offset: int) -> Record:
-    key, start, fields, data_offset, label = pending
-    return Record(key, fields[0][1], label, base_offset + start, end - start, base_offset + data_offset, tuple(fields))
+    key, start, fields, data_offset, label, spans = pending
+    return Record(key, fields[0][1], label, base_offset + start, end - start, base_offset + data_offset, tuple(fields),
+                  tuple(spans))

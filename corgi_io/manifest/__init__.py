@@ -9,6 +9,8 @@ One module per part of the contract:
 * `tables`   - the column and shard tables a `Manifest` holds;
 * `columns`, `ranged` - .npy column files, mapped locally or read in ranges remotely;
 * `checksum` - the record checksums (CRC32C) that pack writes and readers check;
+* `field_ranges` - each field's place in its shard and its own checksum (version 6 on), for readers of some
+  fields and index files for other loaders;
 * `names`    - the rule for keys and shard paths;
 * `fields`   - the field vocabulary: field names, their kinds (`KINDS`) and the default primary.
 

@@ -27,9 +27,9 @@ from corgi_io.manifest.checksum import CHECKSUMS
 from corgi_io.manifest.fields import KINDS
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
-from corgi_io.manifest.schema import MAX_SKIP_REASONS, ROWS_SINCE, SKIPS_SINCE
+from corgi_io.manifest.schema import FIELD_RANGES_SINCE, MAX_SKIP_REASONS, ROWS_SINCE, SKIPS_SINCE
 
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 MAX_FIELDS = 64  # bits of the sample_fields column
 MAX_HEAD_BYTES = 1 << 30
 MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
@@ -155,7 +155,9 @@ def _parse_v2_fields(head: dict, where: str) -> dict:
     counts = head["counts"]
     if not isinstance(counts, dict):
         _fail(where, "counts must be an object")
-    names = ("samples", "blocks", "key_bytes") + (("rows_bytes",) if head["corgi_manifest_version"] >= ROWS_SINCE else ())
+    version = head["corgi_manifest_version"]
+    names = (("samples", "blocks", "key_bytes") + (("rows_bytes",) if version >= ROWS_SINCE else ())
+             + (("fields",) if version >= FIELD_RANGES_SINCE else ()))
     counts = {name: _integer(counts.get(name), where, f"counts.{name}", most=MAX_VALUE if name == "rows_bytes"
                              else MAX_ROWS) for name in names}
     return {"checksum": head["checksum"], "extensions": extensions, "counts": counts}
@@ -199,6 +201,8 @@ def _check_lengths(m, fail) -> None:
     for name, column in m.samples.arrays.items():
         if len(column) != n:
             fail(f"column sample_{name!s} has {len(column)} rows but there are {n} keys")
+    if m.field_start is not None and (len(m.field_start) != n + 1 or len({*map(len, m.field_rows.arrays.values())}) > 1):
+        fail(f"column field_start has {len(m.field_start)} rows for {n} samples, or the field columns differ in length")
     if len({len(column) for column in m.blocks.arrays.values()}) > 1:
         fail("block columns differ in length")
 
@@ -253,6 +257,8 @@ def check_block_rows(m, lo: int, hi: int, where: str) -> None:
     if len(stray):
         fail(f"sample {start + int(stray[0])}: its shard id disagrees with the shard sample ranges")
     _check_records(m, rows, lo, hi, start, fail)
+    if m.field_start is not None:
+        _check_field_rows(m, rows, start, fail)
     first = b.first[lo:hi] - start
     sizes = rows["size"]
     if (np.any(np.add.reduceat(sizes, first, dtype=np.float64) > MAX_VALUE)
@@ -330,6 +336,44 @@ def _check_records(m, rows: dict, lo: int, hi: int, start: int, fail) -> None:
     inner[first] = False  # inside a block each record starts where the previous one ended
     if np.any(offset[1:][inner[1:]] != end[:-1][inner[1:]]):
         fail("samples inside a block are not contiguous")
+
+
+def _check_field_rows(m, rows: dict, start: int, fail) -> None:
+    """Each sample's field rows (version 6): a row per bit of its mask, naming exactly those fields, each inside its
+    record after the one before, its primary field's row at its payload."""
+    stop, total = start + len(rows["offset"]), len(m.field_rows)
+    starts = np.asarray(m.field_start[start:stop + 1])
+    if (starts[0] < 0 or starts[-1] > total or np.any(np.diff(starts) != np.bitwise_count(rows["fields"]))
+            or (start == 0 and starts[0] != 0) or (stop == m.num_samples and starts[-1] != total)):
+        fail("field starts disagree with the samples' field masks (a row per field)")
+    f = {name: np.asarray(column[int(starts[0]):int(starts[-1])]) for name, column in m.field_rows.arrays.items()}
+    owner = np.repeat(np.arange(len(rows["offset"])), np.diff(starts))  # each row's sample, from 0 here
+    if f["id"].max() >= len(m.fields):
+        fail(f"field id {int(f['id'].max())} outside the head's {len(m.fields)} fields")
+    named = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), f["id"].astype(np.uint64)), starts[:-1] - starts[0])
+    bad = np.flatnonzero(named != rows["fields"])
+    if len(bad):
+        fail(f"sample {start + int(bad[0])} ({_key(m, start + int(bad[0]))}): its field rows name other fields than "
+             "its field mask")
+    _check_field_places(m, rows, f, owner, start, fail)
+
+
+def _check_field_places(m, rows: dict, f: dict, owner: np.ndarray, start: int, fail) -> None:
+    """Field rows inside their record, each after the one before, framing included; the primary one (sample_ext's
+    field) at the sample's payload."""
+    offset, length = f["offset"], f["length"]
+    header, end = offset - f["framing"].astype(np.int64), offset + length
+    record = rows["offset"][owner]
+    bad = ((offset < 0) | (offset > MAX_VALUE) | (length < 0) | (length > MAX_VALUE) | (header < record)
+           | (end > record + rows["length"][owner]))
+    bad[1:] |= (owner[1:] == owner[:-1]) & (header[1:] < end[:-1])
+    position = {name: i for i, name in enumerate(m.fields)}
+    primary = np.array([position.get(name, MAX_FIELDS) for name in m.extensions])[rows["ext"]][owner] == f["id"]
+    bad |= primary & ((offset != rows["data_offset"][owner]) | (length != rows["bytes"][owner]))
+    if np.any(bad):
+        i = int(owner[np.flatnonzero(bad)[0]])
+        fail(f"sample {start + i} ({_key(m, start + i)}): a field's byte range lies outside its record, overlaps "
+             "another, or disagrees with its payload")
 
 
 def validate(m, where: str) -> None:

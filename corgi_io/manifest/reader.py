@@ -8,7 +8,8 @@ A pack directory holds, beside its shards:
 * ``columns/skipped.jsonl`` - the skip records, a ``{"path", "reason"}`` line each (version 4 on;
   before, the head listed them), read only when asked (`Manifest.skip_records`: skips.py).
 * ``columns/<name>.npy`` - one flat, uncompressed array per per-sample or per-block column
-  (and the keys as one UTF-8 blob plus offsets).  Local packs memory-map them, so opening a
+  (and the keys as one UTF-8 blob plus offsets; version 6 on, a row per field of each sample too:
+  where it lies and its checksum, `field_ranges`).  Local packs memory-map them, so opening a
   pack does not copy them and every process on a node shares one page cache; remote packs
   read the block columns whole and the per-sample rows on demand: a version-5 pack a block's row group at a
   time (`row_groups.py`: one request brings many blocks' rows), an older one page by page (`RangedColumn`).
@@ -37,11 +38,12 @@ import numpy as np
 from corgi_io.manifest.columns import (checked_size, column_from_bytes, map_local_column, most_bytes, open_ranged_column,
                                    prefetch, prefetch_rows, read_npz_members)
 from corgi_io.errors import ManifestError
+from corgi_io.manifest.field_ranges import FieldRanges, LabelMembers, field_ranges, label_members
 from corgi_io.manifest.row_group_writer import check_against_columns
 from corgi_io.manifest.row_groups import RowGroups, read_table
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, COLUMNS_DIR, HEAD_NAME, ROWS_AT_ONCE, ROWS_PATH,
-                                      ROWS_SINCE, SKIPS_PATH, SKIPS_SINCE, V1_COLUMNS_NAME, column_path, column_schema,
-                                      declared_rows, sample_columns)
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, COLUMNS_DIR, FIELD_COLUMNS, FIELD_RANGES_SINCE,
+                                      HEAD_NAME, ROWS_AT_ONCE, ROWS_PATH, ROWS_SINCE, SKIPS_PATH, SKIPS_SINCE,
+                                      V1_COLUMNS_NAME, column_path, column_schema, declared_rows, sample_columns)
 from corgi_io.manifest.skips import head_summary, read_skip_records
 from corgi_io.manifest.tables import Columns, ShardTable
 from corgi_io.manifest.checks import MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
@@ -79,6 +81,9 @@ class Manifest:
     max_fields: int = 1                                    # `extensions`, one field per sample) and the most a sample has
     row_groups: object = field(default=None, repr=False)   # a remote version-5 pack's RowGroups: its rows' one source
     rows_bytes: int = 0                                    # the size of columns/rows.bin (version 5 on)
+    field_start: np.ndarray = field(default=None, repr=False)  # version 6 on: sample i's field rows are
+    field_rows: Columns = field(default=None, repr=False)      # field_rows[field_start[i]:field_start[i + 1]] (None
+                                                               # before: no per-field ranges); see field_ranges
 
     def __reduce__(self):
         return open_manifest, (self.root, self.storage_options)
@@ -125,10 +130,13 @@ class Manifest:
             step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + ROWS_AT_ONCE))))
             start, stop = int(first[lo]), int(first[step - 1] + count[step - 1])
             if self.row_groups is not None:
-                self.row_groups.ensure(lo, step)  # every column and the keys of these blocks, in one request
+                self.row_groups.ensure(lo, step)  # every column, the keys and fields of these blocks, in one request
             else:
-                prefetch_rows((*self.samples.arrays.values(), self.key_offsets), start, stop + 1)
+                prefetch_rows((*self.samples.arrays.values(), self.key_offsets,
+                               *(() if self.field_start is None else (self.field_start,))), start, stop + 1)
                 prefetch(self.key_blob, self.key_offsets[start], self.key_offsets[stop])  # unchecked yet: clamped
+                if self.field_start is not None:
+                    prefetch_rows(self.field_rows.arrays.values(), self.field_start[start], self.field_start[stop])
             check_block_rows(self, lo, step, self.columns_url)
             self.rows_checked[lo:step] = True
             lo = step
@@ -154,6 +162,22 @@ class Manifest:
         rows with those it is asked for, FETCH_BYTES at a time (`RowGroups`); elsewhere nothing to do."""
         if self.row_groups is not None:
             self.row_groups.expect(blocks)
+
+    @property
+    def has_field_ranges(self) -> bool:
+        """Whether the pack records each field's byte range and checksum (version 6 on)."""
+        return self.field_start is not None
+
+    def field_ranges(self, start: int = 0, stop: int | None = None, fields=None) -> FieldRanges:
+        """Where each field of samples [start, stop) lies, only `fields` (names) when given: numpy arrays of sample,
+        field (into `fields`), framing start, payload offset and length, and the payload's CRC32C
+        (field_ranges.py).  ManifestError for a pack before version 6, ArgumentError for a name it lacks."""
+        return field_ranges(self, start, stop, fields)
+
+    def label_members(self, start: int = 0, stop: int | None = None) -> LabelMembers:
+        """The ``<key>.cls`` tar members (header, payload offset and length) of the labeled samples of [start, stop)
+        of a WebDataset pack (field_ranges.py): with `field_ranges`, every member of its tars."""
+        return label_members(self, start, stop)
 
     def key(self, index: int) -> str:
         """The key of sample `index`, decoded on demand."""
@@ -269,7 +293,8 @@ def _open_row_groups(storage, head: dict) -> dict:
     keys served by its `RowGroups` (under "row_groups")."""
     table = read_table(storage, head["counts"], head["version"], storage.url(BLOCKS_PATH))
     groups = RowGroups(storage, table, head["counts"], head["version"])
-    arrays = {name if name.startswith("key_") else f"sample_{name}": column for name, column in groups.columns().items()}
+    arrays = {name if name.startswith(("key_", "field_")) else f"sample_{name}": column
+              for name, column in groups.columns().items()}
     return {**arrays, **{f"block_{name}": table[name] for name in BLOCK_COLUMNS}, "row_groups": groups}
 
 
@@ -297,6 +322,8 @@ def _read_v1_columns(storage, head: dict) -> dict:
 def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: str) -> Manifest:
     samples = Columns({n: arrays[f"sample_{n}"] for n in sample_columns(head["version"])})
     blocks = Columns({n: arrays[f"block_{n}"] for n in BLOCK_COLUMNS})
+    ranged = head["version"] >= FIELD_RANGES_SINCE
+    field_rows = Columns({n: arrays[f"field_{n}"] for n in FIELD_COLUMNS}) if ranged else None
     return Manifest(root=root, version=head["version"], format=head["format"], checksum=head["checksum"],
                     options=head["options"], labels=head["labels"], extensions=head["extensions"],
                     shards=ShardTable(*head["shards"]), skips=head_summary(head), samples=samples,
@@ -304,4 +331,5 @@ def _build(root: str, head: dict, arrays: dict, storage_options: dict, where: st
                     storage_options=storage_options, columns_url=where,
                     rows_checked=np.zeros(len(arrays["block_first"]), dtype=bool), fields=head["fields"],
                     max_fields=head["max_fields"], row_groups=arrays.get("row_groups"),
-                    rows_bytes=head["counts"].get("rows_bytes", 0) if head["version"] > 1 else 0)
+                    rows_bytes=head["counts"].get("rows_bytes", 0) if head["version"] > 1 else 0,
+                    field_start=arrays.get("field_start"), field_rows=field_rows)

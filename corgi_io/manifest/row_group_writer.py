@@ -13,8 +13,8 @@ import numpy as np
 
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.columns import HEADER_READ, parse_header
-from corgi_io.manifest.row_groups import TABLE_COLUMNS, RowGroups, read_table
-from corgi_io.manifest.schema import BLOCK_COLUMNS, BLOCKS_PATH, ROWS_PATH, column_path, sample_columns
+from corgi_io.manifest.row_groups import FIELD_NAMES, TABLE_COLUMNS, RowGroups, read_table
+from corgi_io.manifest.schema import BLOCK_COLUMNS, BLOCKS_PATH, ROWS_PATH, column_path, field_columns, sample_columns
 
 WRITE_ROWS = 1 << 16  # rows the writer reads from the .npy columns at once: bounds its memory
 
@@ -25,8 +25,8 @@ def write_row_groups(root, blocks: int) -> int:
     from corgi_io.storage.atomic import atomic_output
 
     root, names = Path(root), list(sample_columns())
-    files = {name: _NpyRows(root, name) for name in
-             [f"sample_{n}" for n in names] + [f"block_{n}" for n in BLOCK_COLUMNS] + ["key_offsets", "key_blob"]}
+    files = {name: _NpyRows(root, name) for name in [f"sample_{n}" for n in names] + [f"block_{n}" for n in BLOCK_COLUMNS]
+             + ["key_offsets", "key_blob", *field_columns()]}
     table = np.zeros((blocks, len(TABLE_COLUMNS)), dtype="<i8")
     for i, name in enumerate(BLOCK_COLUMNS):
         table[:, i] = files[f"block_{name}"].read(0, blocks)
@@ -56,19 +56,27 @@ def _write_step(out, files: dict, names: list, table: np.ndarray, lo: int, hi: i
     rows = [files[f"sample_{n}"].read(start, stop) for n in names]
     key_offsets = files["key_offsets"].read(start, stop + 1)
     blob = files["key_blob"].read(int(key_offsets[0]), int(key_offsets[-1]))
+    field_start = files["field_start"].read(start, stop + 1)
+    fields = [files[name].read(int(field_start[0]), int(field_start[-1])) for name in FIELD_NAMES]
     for block in range(lo, hi):
         a, z = int(first[block]) - start, int(first[block] + count[block]) - start
-        table[block, len(BLOCK_COLUMNS):] = written, key_offsets[a]
-        written += out.write(zlib.compress(group_bytes(rows, key_offsets, blob, a, z), 1))
+        table[block, len(BLOCK_COLUMNS):] = written, key_offsets[a], field_start[a]
+        written += out.write(zlib.compress(group_bytes(rows, (key_offsets, [blob]), a, z, (field_start, fields)), 1))
     return written
 
 
-def group_bytes(rows: list, key_offsets: np.ndarray, blob: np.ndarray, a: int, z: int) -> bytes:
+def group_bytes(rows: list, keys: tuple, a: int, z: int, fields: tuple | None) -> bytes:
     """The inflated row group of the samples at [a, z) of a step: `rows` its per-sample columns in schema order,
-    `key_offsets` its key offsets (one more than its rows), `blob` its keys' bytes from key_offsets[0] on."""
-    keys = key_offsets[a:z + 1]
+    `keys` its key offsets (one more than its rows) and [its keys' bytes from the first offset on], `fields`
+    (version 6 on; None before) its field starts (one more than its rows) and its FIELD_COLUMNS rows from the first
+    start on."""
     parts = [column[a:z].tobytes() for column in rows]
-    return b"".join([*parts, keys.tobytes(), blob[keys[0] - key_offsets[0]:keys[-1] - key_offsets[0]].tobytes()])
+    for starts, items in [keys] + ([] if fields is None else [fields]):
+        bounds = starts[a:z + 1]
+        parts.append(bounds.tobytes())
+        for column in items:
+            parts.append(column[bounds[0] - starts[0]:bounds[-1] - starts[0]].tobytes())
+    return b"".join(parts)
 
 
 def check_against_columns(m, storage, rows_bytes: int) -> None:
@@ -76,23 +84,33 @@ def check_against_columns(m, storage, rows_bytes: int) -> None:
     that local readers map (a remote reader reads only the groups); ManifestError naming rows.bin and the block.
     Memory: one step of WRITE_ROWS rows."""
     counts = {"samples": m.num_samples, "blocks": len(m.blocks.first), "key_bytes": len(m.key_blob),
-              "rows_bytes": rows_bytes}
+              "rows_bytes": rows_bytes, "fields": 0 if m.field_rows is None else len(m.field_rows)}
     groups = RowGroups(storage, read_table(storage, counts, m.version, storage.url(BLOCKS_PATH)), counts, m.version)
     columns = [m.samples.arrays[name] for name in groups.schema]
     for lo, hi in _steps(m.blocks.first, m.blocks.count):
         start, stop = int(m.blocks.first[lo]), int(m.blocks.first[hi - 1] + m.blocks.count[hi - 1])
         rows = [np.asarray(column[start:stop]).astype(column.dtype.newbyteorder("<")) for column in columns]
         key_offsets = np.asarray(m.key_offsets[start:stop + 1], dtype="<i8")
-        blob = np.asarray(m.key_blob[int(key_offsets[0]):int(key_offsets[-1])])
+        keys = (key_offsets, [np.asarray(m.key_blob[int(key_offsets[0]):int(key_offsets[-1])])])
+        fields = _field_rows(m, start, stop)
         where = int(groups.table["rows"][lo])
         data = storage.read_range(ROWS_PATH, where, int(groups.table["rows"][hi - 1] + groups.stored[hi - 1]) - where)
         for block in range(lo, hi):
             at = int(groups.table["rows"][block]) - where
             a, z = int(m.blocks.first[block]) - start, int(m.blocks.first[block] + m.blocks.count[block]) - start
-            if groups.inflate(block, data[at:at + int(groups.stored[block])]) != \
-                    group_bytes(rows, key_offsets, blob, a, z):
+            if groups.inflate(block, data[at:at + int(groups.stored[block])]) != group_bytes(rows, keys, a, z, fields):
                 raise ManifestError(f"{storage.url(ROWS_PATH)}: block {block}'s row group disagrees with the "
                                     f"columns' rows {int(m.blocks.first[block])}..")
+
+
+def _field_rows(m, start: int, stop: int) -> tuple | None:
+    """(field starts, [FIELD_COLUMNS rows]) of samples [start, stop) of a Manifest, little-endian; None before
+    version 6."""
+    if m.field_start is None:
+        return None
+    starts = np.asarray(m.field_start[start:stop + 1], dtype="<i8")
+    rows = slice(int(starts[0]), int(starts[-1]))
+    return starts, [np.asarray(column[rows]).astype(column.dtype.newbyteorder("<")) for column in m.field_rows.arrays.values()]
 
 
 class _NpyRows:

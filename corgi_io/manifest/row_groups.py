@@ -11,12 +11,14 @@ Each group is stored zlib-compressed (level 1: 6.6x smaller on a pack of short t
 inflated, block b's group, its c samples [f, f + c), is (little-endian, no padding):
   each per-sample column of the schema, in schema order: its c values;
   key_offsets[f : f + c + 1], int64, absolute into the key blob;
-  key_blob[key_offsets[f] : key_offsets[f + c]].
+  key_blob[key_offsets[f] : key_offsets[f + c]];
+  version 6 on: field_start[f : f + c + 1], int64, absolute into the field rows, then each FIELD_COLUMNS column's
+  rows [field_start[f], field_start[f + c]), in schema order.
 `columns/blocks.bin` is the block table as an int64 matrix of one row per block: the block columns
-(BLOCK_COLUMNS), then TABLE_EXTRA: the group's byte offset in rows.bin and its first key byte.  A group's
-stored length is the gap to the next one; its inflated length follows from the table (`group_lengths`), so the
-table is checked whole at open (`check_table`) and each group, inflated no further than that length, by its
-length and key offsets when it arrives.  Local packs keep memory-mapping the `.npy` columns; `corgi verify` compares
+(BLOCK_COLUMNS), then TABLE_EXTRA: the group's byte offset in rows.bin, its first key byte and (version 6 on) its
+first field row.  A group's stored length is the gap to the next one; its inflated length follows from the table
+(`group_lengths`), so the table is checked whole at open (`check_table`) and each group, inflated no further than
+that length, by its length, key offsets and field starts when it arrives.  Local packs keep memory-mapping the `.npy` columns; `corgi verify` compares
 the groups with them.  Writing them, and that comparison, is `row_group_writer.py`.
 """
 from __future__ import annotations
@@ -29,39 +31,53 @@ import numpy as np
 
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.ranged import LazyColumn, anonymous_array
-from corgi_io.manifest.schema import BLOCK_COLUMNS, BLOCKS_PATH, ROWS_PATH, sample_columns
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, FIELD_COLUMNS, FIELD_RANGES_SINCE, ROWS_PATH,
+                                      sample_columns)
 from corgi_io.storage.base import RANGES_AT_ONCE
 
-TABLE_EXTRA = ("rows", "keys")  # blocks.bin's columns after BLOCK_COLUMNS: group offset, first key byte
-TABLE_COLUMNS = (*BLOCK_COLUMNS, *TABLE_EXTRA)
+TABLE_EXTRA = ("rows", "keys", "fields")  # blocks.bin's columns after BLOCK_COLUMNS: group offset, first key byte,
+TABLE_COLUMNS = (*BLOCK_COLUMNS, *TABLE_EXTRA)  # first field row (version 6 on): the current version's table
+FIELD_ROW_BYTES = sum(np.dtype(t).itemsize for t in FIELD_COLUMNS.values())
+FIELD_NAMES = tuple(f"field_{name}" for name in FIELD_COLUMNS)  # the columns of a row per field, in group order
 FETCH_BYTES = 2 << 20  # row-group bytes one fetch brings at most, the blocks asked for plus those planned next
 GAP_BYTES = 64 << 10   # where a request carries one range, groups this close share one: the gap costs less than a
                        # request (HTTP carries many ranges a request: no gap is read there)
 
 
+def table_columns(version: int) -> tuple:
+    """blocks.bin's columns in a pack of `version` (no first field row before version 6)."""
+    return TABLE_COLUMNS if version >= FIELD_RANGES_SINCE else TABLE_COLUMNS[:-1]
+
+
 def row_bytes(version: int) -> int:
-    """Bytes one sample takes in a row group, its key offset included (its key's bytes not)."""
-    return sum(np.dtype(t).itemsize for t in sample_columns(version).values()) + 8
+    """Bytes one sample takes in a row group, its key offset and field start included (its key's bytes and its
+    field rows not)."""
+    return sum(np.dtype(t).itemsize for t in sample_columns(version).values()) + 8 + 8 * (version >= FIELD_RANGES_SINCE)
 
 
-def group_lengths(count: np.ndarray, key_starts: np.ndarray, key_bytes: int, version: int) -> np.ndarray:
-    """Each block's group length in bytes, from its sample count and first key byte (the next block's is its end)."""
-    key_ends = np.append(key_starts[1:], key_bytes)
-    return count * row_bytes(version) + 8 + (key_ends - key_starts)
+def group_lengths(table: dict, counts: dict, version: int) -> np.ndarray:
+    """Each block's group length in bytes, from its sample count, first key byte and first field row (the next
+    block's are their ends)."""
+    keys = table["keys"]
+    lengths = table["count"] * row_bytes(version) + 8 + (np.append(keys[1:], counts["key_bytes"]) - keys)
+    if version >= FIELD_RANGES_SINCE:
+        fields = table["fields"]
+        lengths += 8 + (np.append(fields[1:], counts["fields"]) - fields) * FIELD_ROW_BYTES
+    return lengths
 
 
 # --- reading -------------------------------------------------------------------------------------------------
 
 def read_table(storage, counts: dict, version: int, where: str) -> dict:
     """{name: column} of a remote pack's block table, read with one GET of BLOCKS_PATH and checked whole."""
-    expected = counts["blocks"] * len(TABLE_COLUMNS) * 8
+    names = table_columns(version)
+    expected = counts["blocks"] * len(names) * 8
     try:
         raw = storage.read_range(BLOCKS_PATH, 0, expected) if expected else b""
     except FileNotFoundError as exc:
         raise ManifestError(f"{storage.url(BLOCKS_PATH)}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    table = np.frombuffer(raw, dtype="<i8").reshape(-1, len(TABLE_COLUMNS))
-    columns = {name: table[:, i].astype(dtype) for i, (name, dtype) in
-               enumerate({**BLOCK_COLUMNS, **dict.fromkeys(TABLE_EXTRA, np.int64)}.items())}
+    table = np.frombuffer(raw, dtype="<i8").reshape(-1, len(names))
+    columns = {name: table[:, i].astype(BLOCK_COLUMNS.get(name, np.int64)) for i, name in enumerate(names)}
     check_table(columns, counts, version, storage.url(BLOCKS_PATH))
     return columns
 
@@ -72,6 +88,9 @@ def check_table(columns: dict, counts: dict, version: int, where: str) -> None:
     if len(keys) and (keys[0] != 0 or np.any(np.diff(keys) < 0) or keys[-1] > counts["key_bytes"]
                       or np.any(columns["count"] < 0)):
         raise ManifestError(f"{where}: the blocks' first key bytes do not index the key blob")
+    fields = columns.get("fields", np.zeros(0, np.int64))
+    if len(fields) and (fields[0] != 0 or np.any(np.diff(fields) < 0) or fields[-1] > counts["fields"]):
+        raise ManifestError(f"{where}: the blocks' first field rows do not index the {counts['fields']} field rows")
     if len(rows) and (rows[0] != 0 or np.any(np.diff(rows) < 1) or rows[-1] >= counts["rows_bytes"]):
         raise ManifestError(f"{where}: the row groups do not lie end to end in {ROWS_PATH} "
                             f"({counts['rows_bytes']} bytes)")
@@ -79,7 +98,7 @@ def check_table(columns: dict, counts: dict, version: int, where: str) -> None:
     if int(count.sum()) != counts["samples"] or np.any(first != np.cumsum(count) - count):
         raise ManifestError(f"{where}: the blocks do not tile the head's {counts['samples']} samples")
     stored = np.diff(np.append(rows, counts["rows_bytes"]))
-    too_big = np.flatnonzero(stored > deflate_bound(group_lengths(count, keys, counts["key_bytes"], version)))
+    too_big = np.flatnonzero(stored > deflate_bound(group_lengths(columns, counts, version)))
     if len(too_big):
         raise ManifestError(f"{where}: block {int(too_big[0])}'s row group takes {int(stored[too_big[0]])} bytes, "
                             "more than its rows can deflate to")
@@ -98,13 +117,18 @@ class RowGroups:
     def __init__(self, storage, table: dict, counts: dict, version: int):
         self.storage, self.version, self.table = storage, version, table
         self.schema = sample_columns(version)
-        self.lengths = group_lengths(table["count"], table["keys"], counts["key_bytes"], version)  # inflated
+        self.lengths = group_lengths(table, counts, version)  # inflated
         self.stored = np.diff(np.append(table["rows"], counts["rows_bytes"]))  # compressed, in rows.bin
         self.key_ends = np.append(table["keys"][1:], counts["key_bytes"])
         samples = counts["samples"]
         self.arrays = {name: anonymous_array(np.dtype(t).newbyteorder("<"), samples) for name, t in self.schema.items()}
         self.arrays["key_offsets"] = anonymous_array("<i8", samples + 1)
         self.arrays["key_blob"] = anonymous_array(np.uint8, counts["key_bytes"])
+        if version >= FIELD_RANGES_SINCE:
+            self.field_ends = np.append(table["fields"][1:], counts["fields"])
+            self.arrays["field_start"] = anonymous_array("<i8", samples + 1)
+            self.arrays.update({f"field_{name}": anonymous_array(np.dtype(t).newbyteorder("<"), counts["fields"])
+                                for name, t in FIELD_COLUMNS.items()})
         self.filled = np.zeros(len(table["first"]), dtype=bool)
         self.ahead, self.cursor = np.zeros(0, dtype=np.int64), 0
         self.lock = threading.Lock()
@@ -112,7 +136,8 @@ class RowGroups:
         self.failures, self.failure = 0, None  # fetches that failed, the last one's error: threads that waited for it
 
     def columns(self) -> dict:
-        """{name: GroupedColumn} of every per-sample column, the key offsets and the key blob."""
+        """{name: GroupedColumn} of every per-sample column, the key offsets, the key blob and (version 6 on) the
+        field starts and per-field columns."""
         return {name: GroupedColumn(self, name, array) for name, array in self.arrays.items()}
 
     def share(self, folder: str) -> None:
@@ -130,12 +155,17 @@ class RowGroups:
         with self.lock:
             self.ahead, self.cursor = np.asarray(blocks, dtype=np.int64).ravel(), 0
 
+    def bounds(self, name: str) -> np.ndarray:
+        """Each block's first item of column `name`: a key byte, a field row, or a sample."""
+        return self.table["keys" if name == "key_blob" else "fields" if name in FIELD_NAMES else "first"]
+
     def blocks_of(self, name: str, start: int, stop: int) -> tuple:
-        """Blocks [lo, hi) holding items [start, stop) of column `name` (key bytes for the key blob)."""
-        if name == "key_offsets":  # offset i + 1 ends sample i: a range's last offset comes with its last sample
+        """Blocks [lo, hi) holding items [start, stop) of column `name` (key bytes for the key blob, field rows for
+        a per-field column)."""
+        if name in ("key_offsets", "field_start"):  # offset i + 1 ends sample i: it comes with sample i
             last = len(self.arrays[name]) - 2
             start, stop = min(start, last), max(min(stop - 1, last + 1), min(start, last) + 1)
-        bounds = self.table["keys"] if name == "key_blob" else self.table["first"]
+        bounds = self.bounds(name)
         lo = max(int(np.searchsorted(bounds, start, "right")) - 1, 0)
         return lo, max(lo + 1, int(np.searchsorted(bounds, stop - 1, "right")))
 
@@ -255,7 +285,27 @@ class RowGroups:
                                 f"{BLOCKS_PATH}")
         self.arrays["key_offsets"][first:first + count + 1] = keys
         at += 8 * (count + 1)
-        self.arrays["key_blob"][keys[0]:keys[-1]] = np.frombuffer(data[at:], dtype=np.uint8)
+        self.arrays["key_blob"][keys[0]:keys[-1]] = np.frombuffer(data[at:at + int(keys[-1] - keys[0])], np.uint8)
+        if self.version >= FIELD_RANGES_SINCE:
+            self._place_fields(block, data, at + int(keys[-1] - keys[0]))
+
+    def _place_fields(self, block: int, data, at: int) -> None:
+        """Copy one group's field starts and field rows (from byte `at` of it), after its field starts agree with
+        the block table."""
+        first, count = int(self.table["first"][block]), int(self.table["count"][block])
+        starts = np.frombuffer(data[at:at + 8 * (count + 1)], dtype="<i8")
+        if (starts[0] != self.table["fields"][block] or starts[-1] != self.field_ends[block]
+                or np.any(np.diff(starts) < 0)):
+            raise ManifestError(f"{self.storage.url(ROWS_PATH)}: block {block}'s field starts disagree with "
+                                f"{BLOCKS_PATH}")
+        self.arrays["field_start"][first:first + count + 1] = starts
+        at += 8 * (count + 1)
+        rows = slice(int(starts[0]), int(starts[-1]))
+        for name in FIELD_NAMES:
+            column = self.arrays[name]
+            size = (rows.stop - rows.start) * column.itemsize
+            column[rows] = np.frombuffer(data[at:at + size], dtype=column.dtype)
+            at += size
 
 
 class GroupedColumn(LazyColumn):
@@ -289,8 +339,8 @@ class GroupedColumn(LazyColumn):
 
     def _fill_rows(self, rows: np.ndarray) -> None:
         if len(rows):
-            bounds = self._groups.table["keys" if self._name == "key_blob" else "first"]
-            if self._name == "key_offsets":
+            bounds = self._groups.bounds(self._name)
+            if self._name in ("key_offsets", "field_start"):
                 rows = np.minimum(rows, self._rows - 2)  # the last offset comes with the last sample
             for block in np.unique(np.maximum(np.searchsorted(bounds, rows, "right") - 1, 0)).tolist():
                 self._groups.ensure(block, block + 1)

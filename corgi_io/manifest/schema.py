@@ -5,9 +5,10 @@ import numpy as np
 
 
 
-MANIFEST_VERSION = 5  # 3 added sample_fields and the head's fields and max_fields; 4 moved the skip records out of
+MANIFEST_VERSION = 6  # 3 added sample_fields and the head's fields and max_fields; 4 moved the skip records out of
                       # the head into SKIPS_PATH (the head keeps their summary); 5 added the row groups (ROWS_PATH,
-                      # BLOCKS_PATH) that remote readers read instead of the .npy columns; 1 to 4 still open
+                      # BLOCKS_PATH) that remote readers read instead of the .npy columns; 6 added each field's place
+                      # and checksum (FIELD_COLUMNS, field_start, counts.fields); 1 to 5 still open
 HEAD_NAME = "manifest.json"
 COLUMNS_DIR = "columns"
 V1_COLUMNS_NAME = "manifest.npz"
@@ -33,6 +34,15 @@ SAMPLE_COLUMNS = {
     "fields": np.uint64,      # bit i set when the sample has field head["fields"][i] (version 3 on)
 }
 FIELDS_SINCE = 3  # the first version with the sample_fields column
+FIELD_COLUMNS = {  # a row per field of each sample (version 6 on), sample i's are rows [field_start[i], field_start[i + 1])
+    "id": np.uint8,           # which field: index into head["fields"] (bit `id` of its sample_fields)
+    "framing": np.uint32,     # bytes of framing before the payload: its tar member's header blocks (a pax header's
+                              # included), or its TFRecord feature's map entry up to the bytes value
+    "offset": np.int64,       # payload start in the shard (the framing starts `framing` bytes before)
+    "length": np.int64,       # payload bytes
+    "crc": np.uint32,         # head["checksum"] of the payload alone (not running): a field is checked on its own
+}
+FIELD_RANGES_SINCE = 6  # the first version with FIELD_COLUMNS, field_start and counts.fields
 BLOCK_COLUMNS = {
     "shard": np.int32,
     "offset": np.int64,
@@ -58,10 +68,18 @@ def sample_columns(version: int = MANIFEST_VERSION) -> dict:
     return {n: t for n, t in SAMPLE_COLUMNS.items() if n != "fields" or version >= FIELDS_SINCE}
 
 
+def field_columns(version: int = MANIFEST_VERSION) -> dict:
+    """{column file name: dtype} of the per-field columns of `version`, ``field_start`` first (none before 6)."""
+    if version < FIELD_RANGES_SINCE:
+        return {}
+    return {"field_start": np.int64, **{f"field_{n}": t for n, t in FIELD_COLUMNS.items()}}
+
+
 def column_schema(version: int = MANIFEST_VERSION) -> dict:
-    """{column file name: dtype} of every column of `version` (the current one by default)."""
+    """{column file name: dtype} of every column of `version` (the current one by default), in the order
+    `save_manifest` writes them."""
     return {**{f"sample_{n}": t for n, t in sample_columns(version).items()},
-            **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS}
+            **{f"block_{n}": t for n, t in BLOCK_COLUMNS.items()}, **KEY_COLUMNS, **field_columns(version)}
 
 
 def declared_rows(counts: dict, version: int = MANIFEST_VERSION) -> dict:
@@ -69,4 +87,7 @@ def declared_rows(counts: dict, version: int = MANIFEST_VERSION) -> dict:
     rows = {"key_blob": counts["key_bytes"], "key_offsets": counts["samples"] + 1}
     rows.update({f"sample_{n}": counts["samples"] for n in sample_columns(version)})
     rows.update({f"block_{n}": counts["blocks"] for n in BLOCK_COLUMNS})
+    rows.update({name: counts["fields"] for name in field_columns(version)})
+    if version >= FIELD_RANGES_SINCE:
+        rows["field_start"] = counts["samples"] + 1
     return rows

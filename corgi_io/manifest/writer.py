@@ -8,8 +8,8 @@ import numpy as np
 
 from corgi_io.manifest.row_group_writer import write_row_groups
 from corgi_io.manifest.skips import write_skip_records
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, HEAD_NAME, MANIFEST_VERSION, SAMPLE_COLUMNS,
-                                      column_path, column_schema)
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, FIELD_COLUMNS, HEAD_NAME, MANIFEST_VERSION,
+                                      SAMPLE_COLUMNS, column_path, column_schema)
 
 
 
@@ -26,11 +26,13 @@ def encode_keys(keys) -> tuple:
 
 
 
-def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
+def save_manifest(root, head: dict, samples: dict, blocks: dict, keys, fields: dict) -> None:
     """Write every column then the head, each atomically (temporary name, then rename).
 
     `keys` (str keys, or the (blob, offsets) pair) may be a function that returns them: it is called
     once the other columns are written, so that a pack's driver never holds the keys and a column at once.
+    `fields` are the per-field columns: "start" (n + 1: sample i's fields are rows [start[i], start[i + 1])) and
+    each of FIELD_COLUMNS, a row per field of every sample (schema.py).
     """
     for name in SAMPLE_COLUMNS:
         save_column(root, f"sample_{name}", samples[name])  # head["fields"] and head["max_fields"] name its bits
@@ -39,22 +41,27 @@ def save_manifest(root, head: dict, samples: dict, blocks: dict, keys) -> None:
     key_blob, key_offsets = encode_keys(keys() if callable(keys) else keys)
     save_column(root, "key_blob", key_blob)
     save_column(root, "key_offsets", key_offsets)
-    save_head(root, head, {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)})
+    counts = {"samples": len(key_offsets) - 1, "blocks": len(blocks["first"]), "key_bytes": len(key_blob)}
+    del key_blob, key_offsets
+    save_column(root, "field_start", fields["start"])
+    counts["fields"] = [save_column(root, f"field_{name}", fields[name]) for name in FIELD_COLUMNS][0]
+    save_head(root, head, counts)
 
 
-def save_column(root, name: str, array) -> None:
-    """Write column `name` of `column_schema()` atomically, as a flat little-endian .npy of its dtype."""
+def save_column(root, name: str, array) -> int:
+    """Write column `name` of `column_schema()` atomically, as a flat little-endian .npy of its dtype; its rows."""
     from corgi_io.storage.atomic import atomic_output
 
     (Path(root) / COLUMNS_DIR).mkdir(exist_ok=True)
     with atomic_output(Path(root) / column_path(name)) as f:
-        np.save(f, np.ascontiguousarray(array, dtype=np.dtype(column_schema()[name]).newbyteorder("<")),
-                allow_pickle=False)
+        column = np.ascontiguousarray(array, dtype=np.dtype(column_schema()[name]).newbyteorder("<"))
+        np.save(f, column, allow_pickle=False)
+    return len(column)
 
 
 def save_head(root, head: dict, counts: dict) -> None:
     """Write the row groups (`row_groups.py`), the skip records then the head, each atomically, after every column:
-    `counts` are the columns' rows (samples, blocks, key_bytes); ``head["skipped"]``, the skip records ({"path", "reason"} each, any iterable),
+    `counts` are the columns' rows (samples, blocks, key_bytes, fields); ``head["skipped"]``, the skip records ({"path", "reason"} each, any iterable),
     goes to the skip file and the head keeps their summary (skips.py), so that opening a pack costs the same
     whatever their number."""
     from corgi_io.storage.atomic import atomic_output

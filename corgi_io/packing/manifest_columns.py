@@ -7,6 +7,8 @@ of first appearance (field_masks.pack_names), and each unit's columns are mapped
 small lookup (a few entries per unit, nothing per sample).  Every per-sample column is a
 `LazyColumn`, built when `save_manifest` writes it and dropped right after, and the keys are
 gathered last, so the driver holds one column, or the keys, at a time, however large the pack.
+The per-field columns (each field's place and CRC, `fields`) are joined the same way, a column at a time;
+each sample's run of them (`field_start`) follows from its mask's bits.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from corgi_io.packing.field_masks import check_field_count, pack_names, remap_ids, remap_masks
 from corgi_io.packing.keys import equal_key_groups
-from corgi_io.packing.records import RECORD_COLUMNS, load_column, read_column_into
+from corgi_io.packing.records import FIELD_RECORD_COLUMNS, RECORD_COLUMNS, load_column, read_column_into
 
 COPIED = ("bytes", "size", "offset", "length", "data_offset", "checksum", "kind", "label")
 
@@ -59,6 +61,7 @@ class PackColumns:
         self.extensions = pack_names(known[1], (unit.extensions for unit in done))
         self.shard_base = np.cumsum([0, *(len(unit.shards) for unit in done)])
         self.samples_count = sum(unit.samples for unit in done)
+        self.field_count = sum(unit.field_rows for unit in done)
 
     def shards(self) -> list:
         """The manifest head's shard entries: path, bytes, first sample, samples."""
@@ -83,6 +86,15 @@ class PackColumns:
         columns = {name: LazyColumn(lambda name=name: self._joined(name), built) for name in COPIED}
         columns.update(ext=LazyColumn(self._ext, built), fields=LazyColumn(self._fields, built),
                        shard=LazyColumn(self._shard, built))
+        return columns
+
+    def fields(self) -> dict:
+        """{"start": each sample's first field row (n + 1 of them: sample i's fields are rows [start[i],
+        start[i + 1])), then a LazyColumn per field column ("id" into `field_names`, "framing", "offset", "length",
+        "crc")}, in manifest order."""
+        columns = {"start": LazyColumn(self._field_start), "id": LazyColumn(self._field_ids)}
+        columns.update({name: LazyColumn(lambda name=name: self._joined(f"field_{name}", self.field_count))
+                        for name in ("framing", "offset", "length", "crc")})
         return columns
 
     def blocks(self) -> dict:
@@ -122,13 +134,14 @@ class PackColumns:
         for path in self.records:
             yield load_column(path, name)
 
-    def _joined(self, name: str) -> np.ndarray:
-        return self._joined_with(name, lambda column, unit, base: column, [None] * len(self.done))
+    def _joined(self, name: str, rows: int | None = None) -> np.ndarray:
+        return self._joined_with(name, lambda column, unit, base: column, [None] * len(self.done), rows)
 
-    def _joined_with(self, name: str, convert, bases) -> np.ndarray:
+    def _joined_with(self, name: str, convert, bases, rows: int | None = None) -> np.ndarray:
         """Record column `name` of every unit, `convert(column, unit, base)`, in unit order: filled a unit at a time
-        into one array made at its full size."""
-        joined, at = np.empty(self.samples_count, RECORD_COLUMNS[name][1]), 0
+        into one array made at its full size (`rows`: the samples, unless a per-field column says otherwise)."""
+        dtype = {**RECORD_COLUMNS, **FIELD_RECORD_COLUMNS}[name][1]
+        joined, at = np.empty(self.samples_count if rows is None else rows, dtype), 0
         for column, unit, base in zip(self._columns(name), self.done, bases):
             joined[at:at + len(column)] = convert(column, unit, base)
             at += len(column)
@@ -142,6 +155,19 @@ class PackColumns:
         return self._joined_with("fields", lambda column, unit, base: remap_masks(column, unit.field_names,
                                                                                   self.field_names),
                                  [None] * len(self.done))
+
+    def _field_ids(self) -> np.ndarray:
+        return self._joined_with("field_id", lambda column, unit, base: remap_ids(column, unit.field_names,
+                                                                                  self.field_names),
+                                 [None] * len(self.done), self.field_count)
+
+    def _field_start(self) -> np.ndarray:
+        """Each sample's first field row, and the field rows' count last: a sample has a row per bit of its mask."""
+        start, at = np.zeros(self.samples_count + 1, np.int64), 0
+        for masks in self._columns("fields"):
+            start[at + 1:at + 1 + len(masks)] = start[at] + np.cumsum(np.bitwise_count(masks), dtype=np.int64)
+            at += len(masks)
+        return start
 
     def _shard(self) -> np.ndarray:
         column = self._joined_with("shard", lambda column, unit, base: column.astype(np.int64) + base,

@@ -173,7 +173,7 @@ def _write_manifest(output: Path, planned: Planned, done: list, display, *, chec
             "max_fields": parts.max_fields(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_created())),
             "shards": parts.shards(), "extensions": parts.extensions or [""], "checksum": DEFAULT_CHECKSUM,
             "skipped": skipped}
-    save_manifest(output, head, parts.samples(lambda: display.advance(1)), parts.blocks(), parts.keys)
+    save_manifest(output, head, parts.samples(lambda: display.advance(1)), parts.blocks(), parts.keys, parts.fields())
 
 
 @contextlib.contextmanager

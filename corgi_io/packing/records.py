@@ -6,7 +6,8 @@ the rest appended to a spill file beside the record, so a task's memory does not
 unit), and saves them as
 ``.corgi-partial/unit-<n>.rec``, an uncompressed .npz read back with ``allow_pickle=False``, with
 a small JSON summary (`UnitDone`: shard names and sizes, counts, skips, and the unit's own field
-names and extensions, which its masks and extension ids index).  A shard under its final name
+names and extensions, which its masks and extension ids index), and a row per field of each sample
+(FIELD_RECORD_COLUMNS: where it lies in its shard and its payload's CRC32C).  A shard under its final name
 therefore always has its record, and a pack killed at any moment resumes from the units whose
 record and shards exist (`load_done`); a killed task's spill file is a temporary file, removed when
 the pack resumes or finishes.  The driver keeps the summaries and reads the columns back one at a
@@ -45,6 +46,13 @@ RECORD_COLUMNS = {  # per written sample, in unit order: (array typecode, numpy 
     "key_hash": ("q", np.int64),     # keys.stable_key_hash of its key (candidates for equal keys)
     "key_offsets": ("q", np.int64),  # its key is key_blob[key_offsets[i]:key_offsets[i + 1]] (the record has a
 }                                    # leading 0: one more entry)
+FIELD_RECORD_COLUMNS = {  # per field of each written sample, in unit then shard order (a sample's: popcount(fields))
+    "field_id": ("B", np.uint8),        # bit of the unit's field masks: which field
+    "field_framing": ("I", np.uint32),  # framing bytes before its payload (a tar header, a feature's map entry)
+    "field_offset": ("q", np.int64),    # its payload's start in its shard
+    "field_length": ("q", np.int64),
+    "field_crc": ("I", np.uint32),      # CRC32C of its payload alone
+}
 READ_BYTES = 1 << 20  # bytes of a record column read at a time into the driver's joined column
 SPILL_ROWS = 1 << 14  # samples whose columns a task holds in memory before it appends them to its spill file
 
@@ -62,6 +70,7 @@ class UnitDone:
     skipped: tuple        # ({"path", "reason"}, ...) in unit order
     field_names: tuple    # the unit's field names: bit i of its masks
     extensions: tuple     # the unit's primary field names: its ext ids
+    field_rows: int       # fields of its samples, all together: the rows of its FIELD_RECORD_COLUMNS
 
     @property
     def progress(self) -> tuple:
@@ -81,21 +90,25 @@ class UnitColumns:
         self.spill_path = record.with_name(temp_name(f"{record.name}.spill", f"{writer_id()}-{secrets.token_hex(4)}"))
         self.spill = None
         self.chunks = []  # per spilled chunk: {column: (byte offset in the spill file, byte count)}
-        self.spilled, self.key_bytes = 0, 0  # samples and key bytes in the spill file
+        self.spilled, self.key_bytes, self.fields_spilled = 0, 0, 0  # samples, key bytes and fields spilled
         self.names, self.blocks, self.shard_starts = TaskNames(), 0, [0]
         self._new_chunk()
 
     def _new_chunk(self) -> None:
-        self.columns = {name: array.array(code) for name, (code, _) in RECORD_COLUMNS.items()}
+        self.columns = {name: array.array(code) for name, (code, _) in {**RECORD_COLUMNS, **FIELD_RECORD_COLUMNS}.items()}
         self.keys = bytearray()
 
     @property
     def count(self) -> int:
         return self.spilled + len(self.columns["offset"])
 
+    @property
+    def field_count(self) -> int:
+        return self.fields_spilled + len(self.columns["field_offset"])
+
     def add(self, shard: int, base: int, row: tuple) -> None:
         """One sample of `shard`, whose block begins at byte `base` of it; `row` as `ShardWriter.add` takes it."""
-        offset, length, data_offset, nbytes, size, crc, kind, ext, label, mask, key = row
+        offset, length, data_offset, nbytes, size, crc, kind, ext, label, mask, key, fields = row
         while len(self.shard_starts) <= shard:
             self.shard_starts.append(self.count)
         key = key.encode("utf-8")
@@ -104,8 +117,20 @@ class UnitColumns:
                   mask, stable_key_hash(key), self.key_bytes + len(self.keys))
         for name, value in zip(RECORD_COLUMNS, values):
             self.columns[name].append(value)
+        self._add_fields(base + offset, fields)
         if len(self.columns["offset"]) >= SPILL_ROWS:
             self._spill_chunk()
+
+    def _add_fields(self, start: int, fields) -> None:
+        """The field rows of a sample whose record starts at byte `start` of its shard: (field id, framing bytes,
+        payload offset in the record, payload length, payload CRC) each."""
+        ids, framing, offsets, lengths, crcs = (self.columns[name] for name in FIELD_RECORD_COLUMNS)
+        for field, frame, offset, length, crc in fields:
+            ids.append(field)
+            framing.append(frame)
+            offsets.append(start + offset)
+            lengths.append(length)
+            crcs.append(crc)
 
     def _spill_chunk(self) -> None:
         """Append the chunk held in memory to the spill file and start an empty one."""
@@ -116,13 +141,13 @@ class UnitColumns:
             chunk[name] = (self.spill.tell(), len(part) * part.itemsize if name != "key_blob" else len(part))
             self.spill.write(part)
         self.chunks.append(chunk)
-        self.spilled, self.key_bytes = self.count, self.key_bytes + len(self.keys)
+        self.spilled, self.key_bytes, self.fields_spilled = self.count, self.key_bytes + len(self.keys), self.field_count
         self._new_chunk()
 
     def parts(self, name: str, start: int = 0):
-        """Column `name` (of RECORD_COLUMNS, or ``key_blob``) from sample `start` on, as numpy arrays a chunk at a
-        time: the spilled chunks read back, then the one in memory."""
-        dtype, first = RECORD_COLUMNS[name][1] if name != "key_blob" else np.uint8, 0
+        """Column `name` (of RECORD_COLUMNS or FIELD_RECORD_COLUMNS, or ``key_blob``) from row `start` on, as numpy
+        arrays a chunk at a time: the spilled chunks read back, then the one in memory."""
+        dtype, first = {**RECORD_COLUMNS, **FIELD_RECORD_COLUMNS}[name][1] if name != "key_blob" else np.uint8, 0
         if self.spill is not None:
             self.spill.flush()
         for chunk in self.chunks:
@@ -170,6 +195,8 @@ def save_record(path, done: UnitDone, columns: UnitColumns) -> None:
         for name, (_, dtype) in RECORD_COLUMNS.items():
             first = [np.zeros(1, dtype)] if name == "key_offsets" else []  # one more entry: key 0 starts at 0
             _write_npy(archive, name, dtype, columns.count + len(first), chain(first, columns.parts(name)))
+        for name, (_, dtype) in FIELD_RECORD_COLUMNS.items():
+            _write_npy(archive, name, dtype, columns.field_count, columns.parts(name))
 
 
 def _write_npy(archive, name: str, dtype, count: int, parts) -> None:
@@ -196,7 +223,7 @@ def load_done(path, output, shard_size=None) -> UnitDone | None:
 
 
 def load_column(path, name: str) -> np.ndarray:
-    """One column of a unit's record (a name of RECORD_COLUMNS, or ``key_blob``)."""
+    """One column of a unit's record (a name of RECORD_COLUMNS or FIELD_RECORD_COLUMNS, or ``key_blob``)."""
     with np.load(path, allow_pickle=False) as record:
         return record[name]
 

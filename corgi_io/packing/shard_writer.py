@@ -62,7 +62,8 @@ class ShardWriter:
 
     def add(self, index: int, record: list, data_offset: int, row: tuple) -> None:
         """Append the encoded `record` of item `index` (its primary payload at `data_offset` of it) to the open block,
-        closing that first where the cuts say; `row` is (primary bytes, size, kind, ext, label, mask, key)."""
+        closing that first where the cuts say; `row` is (primary bytes, size, kind, ext, label, mask, key, fields),
+        `fields` a (field id, framing bytes, payload offset in the record, length, CRC) per field (records.py)."""
         length = sum(map(len, record))
         if self.rows and self.cuts.closes(index, self.opened, self.block_bytes + length, len(self.rows)):
             self.close_block()
@@ -72,9 +73,9 @@ class ShardWriter:
         for part in record:
             crc = self.checksum(part, crc)
         self.crc = crc
-        nbytes, size, kind, ext, label, mask, key = row
+        nbytes, size, kind, ext, label, mask, key, fields = row
         self.rows.append((self.block_bytes, length, self.block_bytes + data_offset, nbytes, size, crc, kind, ext,
-                          label, mask, key))
+                          label, mask, key, fields))
         self.parts += record
         self.block_bytes += length
         self.waiting += length

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from corgi_io.errors import BadInput, PackError
 from corgi_io.formats import get_format
 from corgi_io.manifest import DUPLICATE_REASON, KINDS
+from corgi_io.manifest.checksum import DEFAULT_CHECKSUM, checksum_function
 from corgi_io.packing import executors
 from corgi_io.packing.dedup_pass import duplicate_mask
 from corgi_io.packing.records import UnitColumns, UnitDone
@@ -81,7 +82,7 @@ class _UnitPacker:
                                   lambda number: f"{task.output}/{task.unit.shard_name(number, self.fmt.SUFFIX)}",
                                   shard_limit)
         self.duplicates = duplicate_mask(task.duplicates, *task.bounds)
-        self.handled = 0
+        self.handled, self.checksum = 0, checksum_function(DEFAULT_CHECKSUM)  # each field's payload's own CRC
 
     def run(self) -> None:
         """Pack every sample of the unit, in order, reporting progress every REPORT_EVERY."""
@@ -114,9 +115,14 @@ class _UnitPacker:
             if self.strict:
                 raise PackError(f"{self.reader.where(item)}: {exc}") from None
             return self.reader.skip(item, str(exc))
-        record, data_offset = self.fmt.encode(key, primary, fields[primary], label, size,
-                                              [(name, value) for name, value in fields.items() if name != primary])
-        self.writer.add(index, record, data_offset, (len(fields[primary]), size, KIND_ID[kind], ext, label, mask, key))
+        record, spans = self.fmt.encode(key, primary, fields[primary], label, size,
+                                        [(name, value) for name, value in fields.items() if name != primary])
+        bits, checksum = self.columns.names.bits, self.checksum
+        places = [(bits[span.name], span.offset - span.header, span.offset, span.length, checksum(fields[span.name]))
+                  for span in spans]
+        data_offset = next(span.offset for span in spans if span.name == primary)
+        self.writer.add(index, record, data_offset,
+                        (len(fields[primary]), size, KIND_ID[kind], ext, label, mask, key, places))
         self.payload_bytes += sum(map(len, fields.values()))
         return None
 
@@ -134,7 +140,7 @@ class _UnitPacker:
             columns = self.columns
             return UnitDone(self.task.index, tuple(shard.path.name for shard in shards), tuple(shard.size for shard in shards),
                             columns.shard_samples(), columns.count, self.payload_bytes, tuple(self.skipped),
-                            tuple(columns.names.bits), tuple(columns.names.extensions))
+                            tuple(columns.names.bits), tuple(columns.names.extensions), columns.field_count)
 
         summary = self.writer.finish(done, self.task.record)
         executors.report(*self.progress())

@@ -3,9 +3,10 @@
 Each shard is checked on its own, so `jobs` processes can share the work: its size (and
 a tar shard's end-of-archive marker), then every block, read with one ranged read.  Each
 record's checksum (the manifest's function: CRC32C, or zlib CRC32 in version-1 packs) is
-recomputed; a block whose records are all intact is then parsed with the format's own
+recomputed, and (version 6 on) each field's own checksum, so a changed record names the fields
+whose bytes changed; a block whose records are all intact is then parsed with the format's own
 parser (tar headers, or TFRecord CRC32C framing) and compared field by field with the
-manifest.  A TFRecord shard's ``.index`` sidecar must list the manifest's offsets and lengths.
+manifest, each field's framing and payload range included.  A TFRecord shard's ``.index`` sidecar must list the manifest's offsets and lengths.
 With `max_pixels`, each image sample whose recorded size (w*h, from its header at pack time) is
 above it is a problem too: packs made before `corgi pack --max-pixels`, or with a higher limit.
 
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from corgi_io.manifest.checksum import mismatched_records
+from corgi_io.manifest.checksum import checksum_function, mismatched_records
 from corgi_io.errors import FormatError, StorageError
 from corgi_io.formats import get_format
 from corgi_io.manifest import KINDS, open_manifest
@@ -200,17 +201,37 @@ class _ShardChecker:
         return problems
 
     def _check_block(self, path: str, data: bytes, first: int, count: int, base: int) -> list:
-        """Each record of one block whose checksum differs; if none, the block's framing disagreements."""
+        """Each record of one block whose checksum differs, by the fields whose bytes changed where the pack
+        records them; if none, the fields whose checksum differs and the block's framing disagreements."""
         s, stop = self.m.samples, first + count
         offsets, lengths, sums = (column[first:stop].tolist() for column in (s.offset, s.length, s.checksum))
         changed = mismatched_records(self.m.checksum, data, offsets, lengths, sums)
         keys = self.m.keys(first, stop)
+        ranges = self.m.field_ranges(first, stop) if self.m.has_field_ranges else None
+        fields = self._changed_fields(path, data, base, (keys, offsets), first, ranges)
         if changed:
-            return [Problem(path, offsets[i], f"sample {keys[i]!r}: {self.m.checksum} mismatch (record bytes changed)",
-                            keys[i]) for i in changed]
-        return self._check_framing(path, data, base, keys, first)
+            return [problem for i in changed for problem in fields.get(i) or [
+                Problem(path, offsets[i], f"sample {keys[i]!r}: {self.m.checksum} mismatch (record bytes changed)",
+                        keys[i])]]
+        return [problem for found in fields.values() for problem in found] + \
+            self._check_framing(path, data, base, keys, first, ranges)
 
-    def _check_framing(self, path: str, data: bytes, base: int, keys: list, first: int) -> list:
+    def _changed_fields(self, path: str, data: bytes, base: int, records: tuple, first: int, ranges) -> dict:
+        """{sample's place in the block: [a Problem per field whose payload fails its own checksum]} (version 6);
+        `records` are the block's (keys, record offsets): a problem is at its record, naming the field's bytes."""
+        if ranges is None:
+            return {}
+        (keys, starts), checksum, view, found = records, checksum_function(self.m.checksum), memoryview(data), {}
+        for sample, field, offset, length, crc in zip(*(column.tolist() for column in (
+                ranges.sample, ranges.field, ranges.offset, ranges.length, ranges.crc))):
+            if checksum(view[offset - base:offset - base + length]) != crc:
+                i = sample - first
+                found.setdefault(i, []).append(Problem(
+                    path, starts[i], f"sample {keys[i]!r}: field {self.m.fields[field]!r} (its {length} bytes at byte "
+                    f"offset {offset}): {self.m.checksum} mismatch (field bytes changed)", keys[i]))
+        return found
+
+    def _check_framing(self, path: str, data: bytes, base: int, keys: list, first: int, ranges) -> list:
         """Parse the block with the format's parser; each record must match its manifest row field by field."""
         try:
             records = list(self.fmt.parse_block(data, base))
@@ -227,7 +248,22 @@ class _ShardChecker:
             if actual != expected:
                 problems.append(Problem(path, record.offset, f"sample {expected[0]!r}: shard has (key, label, offset, "
                                         f"length, data offset, bytes) {actual}, manifest says {expected}", expected[0]))
-        return problems + self._check_fields(path, records, first)
+        return problems + self._check_fields(path, records, first) + self._check_spans(path, records, first, ranges)
+
+    def _check_spans(self, path: str, records: list, first: int, ranges) -> list:
+        """Each record's fields must lie where the manifest's field rows say: name, framing, payload (version 6)."""
+        if ranges is None:
+            return []
+        bounds = np.searchsorted(ranges.sample, np.arange(first, first + len(records) + 1)).tolist()
+        rows = list(zip([self.m.fields[i] for i in ranges.field.tolist()], ranges.header.tolist(),
+                        ranges.offset.tolist(), ranges.length.tolist()))
+        problems = []
+        for record, a, z in zip(records, bounds[:-1], bounds[1:]):
+            held = [tuple(span) for span in record.spans]
+            if held != rows[a:z]:
+                problems.append(Problem(path, record.offset, f"sample {record.key!r}: shard has fields (name, header, "
+                                        f"offset, length) {held}, manifest says {rows[a:z]}", record.key))
+        return problems
 
     def _check_fields(self, path: str, records: list, first: int) -> list:
         """Each record's field names must be the ones its manifest mask lists (version 3 packs: `sample_fields`)."""

@@ -84,7 +84,9 @@ def synthetic_pack(root, n: int) -> None:
     head = {"format": "wds", "options": {}, "labels": ["a", "b", "c"], "extensions": ["txt"], "fields": ["txt"],
             "max_fields": 1, "checksum": "crc32c",
             "shards": shards, "skipped": []}
-    save_manifest(root, head, samples, blocks, [f"k/{j:07d}" for j in range(n)])
+    fields = {"start": np.arange(n + 1), "id": np.zeros(n), "framing": np.full(n, 512), "offset": offset + 512,
+              "length": length - 600, "crc": samples["checksum"]}  # one field per sample: its payload
+    save_manifest(root, head, samples, blocks, [f"k/{j:07d}" for j in range(n)], fields)
 
 
 def flip(path: Path, position: int, mask: int = 0x5A) -> None:

@@ -30,7 +30,8 @@ def test_head_fields(packed_mixed, mixed_corpus, fmt):
     m = open_manifest(out)
     assert head["counts"] == {"samples": len(expected), "blocks": len(m.blocks),
                               "key_bytes": sum(len(k.encode()) for k in m.keys()),
-                              "rows_bytes": (out / "columns" / "rows.bin").stat().st_size}
+                              "rows_bytes": (out / "columns" / "rows.bin").stat().st_size,
+                              "fields": int(m.field_start[-1])}
     shards = head["shards"]
     assert [s["path"] for s in shards] == sorted(p.name for p in out.glob("shard-*") if not p.name.endswith(".index"))
     for s in shards:
@@ -121,7 +122,7 @@ def edit_columns(out: Path, change) -> None:
     for name, array in arrays.items():
         np.save(out / "columns" / f"{name}.npy", array)
     counts = {"samples": len(arrays.get("key_offsets", [0])) - 1, "blocks": len(arrays.get("block_first", [])),
-              "key_bytes": len(arrays.get("key_blob", []))}
+              "key_bytes": len(arrays.get("key_blob", [])), "fields": len(arrays.get("field_id", []))}
     edit_head(out, lambda head: head.update(counts={**counts, "rows_bytes": head["counts"]["rows_bytes"]}))
 
 

@@ -250,7 +250,7 @@ def test_kept_row_groups_are_checked_and_a_damaged_one_is_fetched_again(pack, tm
     monkeypatch.setattr(row_groups, "FETCH_BYTES", 1)  # fetch only the blocks asked for
     m = open_manifest(pack)
     counts = {"samples": m.num_samples, "blocks": len(m.blocks.first), "key_bytes": len(m.key_blob),
-              "rows_bytes": m.rows_bytes}
+              "rows_bytes": m.rows_bytes, "fields": len(m.field_rows)}
 
     def groups():
         storage = LocalStorage(str(pack))

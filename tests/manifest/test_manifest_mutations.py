@@ -188,7 +188,7 @@ NESTED = RAW + "[" * 900 + "]" * 900            # parses, but a careless repr() 
 NASTY_VALUES = [0, 1, -1, 2, "2", "", "x", True, False, None, [], {}, [1], {"a": 1}, 2.0, 1.5, math.nan, math.inf,
                 -math.inf, 10 ** 400, -10 ** 400, 2 ** 63, 1e308, DEEP, NESTED, "\ud800", "a\nb", "x" * 5000]
 NASTY_INTEGERS = [-1, -2 ** 63, 2 ** 31, 2 ** 32, 2 ** 40, 2 ** 62, 2 ** 62 + 1, 2 ** 63, 2 ** 64, 10 ** 400, 0, 2.0]
-BAD_VERSIONS = [True, False, 2.0, "2", None, -1, 0, 1, 6, 10 ** 400, [2], {"v": 2}, 1.0, "two", 2.5, math.nan,
+BAD_VERSIONS = [True, False, 2.0, "2", None, -1, 0, 1, 7, 10 ** 400, [2], {"v": 2}, 1.0, "two", 2.5, math.nan,
                 NESTED]
 
 

@@ -25,7 +25,7 @@ def pack(tmp_path_factory):
 
 def counts_of(m) -> dict:
     return {"samples": m.num_samples, "blocks": len(m.blocks.first), "key_bytes": len(m.key_blob),
-            "rows_bytes": m.rows_bytes}
+            "rows_bytes": m.rows_bytes, "fields": len(m.field_rows)}
 
 
 def test_a_head_that_claims_more_samples_than_the_blocks_hold_is_refused_before_any_allocation(pack):

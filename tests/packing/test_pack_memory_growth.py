@@ -127,7 +127,8 @@ def test_the_tree_bench_reports_gnu_time_of_the_whole_pack_and_its_growth(tmp_pa
 def _unit_columns(record: Path, count: int) -> records.UnitColumns:
     columns = records.UnitColumns(record)
     for i in range(count):
-        columns.add(i // 10, 1000 * (i // 10), (i, 1, i + 1, 2, 3, i * 7, 1, 0, i % 4, 1, f"key-{i}"))
+        columns.add(i // 10, 1000 * (i // 10), (i, 1, i + 1, 2, 3, i * 7, 1, 0, i % 4, 1, f"key-{i}",
+                                                ((0, 512, 512, 2, i),)))
         if i % 4 == 3:
             columns.end_block()
     return columns
@@ -139,12 +140,14 @@ def test_a_write_task_holds_at_most_spill_rows_samples_and_its_record_reads_back
     columns = _unit_columns(record, 29)
     assert len(columns.columns["offset"]) < 8 and columns.count == 29  # the rest is in the spill file
     assert [list(part) for part in columns.shard_records(2)] == [[2000 + i for i in range(20, 29)], [1] * 9]
-    done = records.UnitDone(0, ("s",), (1,), columns.shard_samples(), 29, 0, (), (), ())
+    done = records.UnitDone(0, ("s",), (1,), columns.shard_samples(), 29, 0, (), (), (), 29)
     records.save_record(record, done, columns)
     columns.close()
     assert sorted(path.name for path in tmp_path.iterdir()) == [record.name]  # the spill file is gone
     assert records.load_column(record, "offset").tolist() == [1000 * (i // 10) + i for i in range(29)]
     assert records.load_column(record, "block").tolist() == [i // 4 for i in range(29)]
+    assert records.load_column(record, "field_offset").tolist() == [1000 * (i // 10) + i + 512 for i in range(29)]
+    assert records.load_column(record, "field_crc").tolist() == list(range(29))
     blob, offsets = records.load_column(record, "key_blob"), records.load_column(record, "key_offsets")
     assert [blob[a:b].tobytes().decode() for a, b in zip(offsets[:-1], offsets[1:])] == [f"key-{i}" for i in range(29)]
     assert records.load_done(record, tmp_path) is None  # its shard "s" is not there: not a finished unit
