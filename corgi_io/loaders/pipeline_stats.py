@@ -81,6 +81,14 @@ class PipelineStats:
             return None
         return TraceRing(self._events.numpy()[slot], self._written.numpy()[slot:slot + 1])
 
+    def flush(self) -> None:
+        """Add what this process's clocks hold to the board now (their own flushes wait up to FLUSH_SECONDS).  From
+        the thread that uses them: the training loop's, which is also the loader's without DataLoader workers."""
+        pid = os.getpid()
+        for (owner, _), clock in self._clocks.items():
+            if owner == pid:
+                clock.flush()
+
     def board(self) -> np.ndarray:
         """A copy of the board now: (slots, stages, fields) totals since the dataset was made."""
         return self._board.numpy().copy()

@@ -20,7 +20,7 @@ from corgi_io.arguments import check_at_least
 from corgi_io.errors import ArgumentError
 from corgi_io.timing.stages import stage_index
 
-STARTUP, STALL, STEP = stage_index("startup"), stage_index("stall"), stage_index("step")
+STARTUP, STALL, WINDUP, STEP = map(stage_index, ("startup", "stall", "windup", "step"))
 
 
 class WatchedLoader:
@@ -54,20 +54,20 @@ class WatchedLoader:
                 try:
                     batch = next(batches)
                 except StopIteration:
+                    clock.relabel(WINDUP)  # that wait was no batch's: the workers' end
                     return
                 clock.switch(STEP)
                 self.steps += 1
                 if self.every and self.steps % self.every == 0:
-                    self.write(clock)
+                    self.write()
                 yield batch
                 clock.switch(STALL)
         finally:
             clock.close()
 
-    def write(self, clock=None) -> dict:
+    def write(self) -> dict:
         """The window since the last line as a JSON line (to `jsonl`) and TensorBoard scalars; returns it."""
-        if clock is not None:
-            clock.flush()
+        self.stats.flush()  # this process's clocks: the trainer's, and the loader's when it has no workers
         board = self.stats.board()
         window = self.stats.snapshot(since=self._since)
         self._since = board

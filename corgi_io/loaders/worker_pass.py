@@ -29,6 +29,7 @@ from corgi_io.loaders.image_decoder import batch_slots
 from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.piece_cache import cached_epoch
 from corgi_io.loaders.token_rows import row_items
+from corgi_io.storage.base import waited_seconds
 from corgi_io.timing.clock import HANDOFF
 
 
@@ -74,6 +75,16 @@ def _handed_over(items, clock):
 
 
 def _start(ds, clock, batch_sizes=None):
+    """(reader, plan, worker) of this worker's pass (`_planned`), the time it waited on storage meanwhile (a remote
+    manifest's rows, fetched while planning) timed as such, not as ``order``."""
+    waited = waited_seconds()
+    try:
+        return _planned(ds, clock, batch_sizes)
+    finally:
+        clock.waited_on_storage(waited_seconds() - waited)
+
+
+def _planned(ds, clock, batch_sizes=None):
     """(reader, plan, worker) of this worker's pass; given a deque `batch_sizes`, the sizes of the plan's items
     (budgeted batches: a planner that counts items gives its plan whole) are added there."""
     worker, num_workers = worker_and_count()

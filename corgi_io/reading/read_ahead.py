@@ -6,7 +6,8 @@ once (it matters for HTTP, object stores and Lustre RPCs) and the bytes held sta
 `Marker` step is not read: it passes through in its place (the reader marks the end of a
 buffer with one).  An exception raised by a read, or by the steps' iterator, reaches the
 consumer; closing the generator cancels the reads not yet started and waits for the running ones.  With a
-`clock` (`corgi_io.timing.clock.StageClock`), the consumer's wait for a read is timed as ``read_wait``.
+`clock` (`corgi_io.timing.clock.StageClock`), the consumer's wait for a read is timed as ``read_wait``, and so is
+its wait on storage while the steps' iterator makes the next step (a lazy plan reading a remote manifest's rows).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
+from corgi_io.storage.base import waited_seconds
 from corgi_io.timing.clock import NULL_CLOCK
 from corgi_io.timing.stages import stage_index
 
@@ -37,7 +39,9 @@ def read_ahead(steps, read, *, ahead: int, threads: int, on_submit=None, clock=N
         try:
             while True:
                 while unconsumed < ahead:
+                    waited = waited_seconds()  # a lazy plan may fetch a remote manifest's rows for its next step
                     step = next(steps, None)
+                    clock.waited_on_storage(waited_seconds() - waited)
                     if step is None:
                         break
                     if isinstance(step, Marker):

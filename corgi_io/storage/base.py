@@ -9,12 +9,36 @@ with its errno) when the file itself is missing or unreadable, so that callers c
 from __future__ import annotations
 
 import abc
+import contextlib
 import errno
 import os
 import threading
+import time
+
 from corgi_io.errors import ArgumentError
 
 RANGES_AT_ONCE = 8  # ranged reads `read_ranges` keeps in flight where one request cannot carry several ranges
+_WAITED = threading.local()  # per thread: seconds inside storage requests (`waited_seconds`), and the nesting depth
+
+
+def waited_seconds() -> float:
+    """This thread's seconds spent so far waiting on remote storage, in any Storage (every attempt of a retried
+    request, its back-off included, and the wait for `read_ranges`' threads).  The loader times what a thread
+    waited on storage outside its reads (a remote manifest's rows, fetched while planning) as the difference."""
+    return getattr(_WAITED, "seconds", 0.0)
+
+
+@contextlib.contextmanager
+def waiting():
+    """Count the time inside as this thread's wait on storage (`waited_seconds`); nested uses count once."""
+    depth = getattr(_WAITED, "depth", 0)
+    _WAITED.depth, start = depth + 1, time.perf_counter()
+    try:
+        yield
+    finally:
+        _WAITED.depth = depth
+        if depth == 0:
+            _WAITED.seconds = waited_seconds() + time.perf_counter() - start
 
 
 class Storage(abc.ABC):
@@ -74,7 +98,7 @@ class Storage(abc.ABC):
             return [self.read_range(relpath, offset, length) for offset, length in ranges]
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(min(RANGES_AT_ONCE, len(ranges)), thread_name_prefix="corgi-ranges") as pool:
+        with waiting(), ThreadPoolExecutor(min(RANGES_AT_ONCE, len(ranges)), thread_name_prefix="corgi-ranges") as pool:
             return list(pool.map(lambda where: self.read_range(relpath, *where), ranges))
 
     @abc.abstractmethod

@@ -17,7 +17,7 @@ import time
 
 from corgi_io.arguments import RETRY_SETTINGS, check_number
 from corgi_io.errors import ArgumentError, StorageError
-from corgi_io.storage.base import Storage
+from corgi_io.storage.base import Storage, waiting
 
 MISSING, TRANSIENT, FATAL = "missing", "transient", "fatal"
 
@@ -109,7 +109,12 @@ class RetryingStorage(Storage):
         attempts (a refusal such as a PermissionError at once) becomes a one-line StorageError naming
         the URL, with the cause attached. Each attempt holds one of the `max_requests` slots.
         """
-        budget = self.retry_seconds if budget is None else budget
+        with waiting():
+            return self._attempts(what, relpath, offset, attempt_once,
+                                  self.retry_seconds if budget is None else budget)
+
+    def _attempts(self, what: str, relpath: str, offset: int | None, attempt_once, budget: float):
+        """`_retry`'s loop: attempts until one returns, the budget is spent, or the failure is final."""
         attempt, first_failure = 0, None
         while True:
             attempt += 1

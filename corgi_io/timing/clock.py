@@ -31,7 +31,7 @@ from corgi_io.timing.stages import FIELDS, STAGES, stage_index
 
 FLUSH_SECONDS = 0.05  # the longest a total waits in a process before a reader of the board sees it
 ORDER = stage_index("order")  # where a consumer's time goes until it is switched elsewhere
-HANDOFF = stage_index("handoff")
+HANDOFF, READ_WAIT, STORAGE = stage_index("handoff"), stage_index("read_wait"), stage_index("storage")
 
 
 class StageClock:
@@ -64,6 +64,24 @@ class StageClock:
         if now - self._flushed > FLUSH_SECONDS:
             self.flush(now)
         return left
+
+    def relabel(self, stage: int) -> None:
+        """The interval running since the last switch belongs to `stage`, whatever it was switched to (known only
+        once it ends: the wait for a loader's end, say).  Consumer thread only."""
+        self.stage = stage
+
+    def waited_on_storage(self, seconds: float) -> None:
+        """The consumer itself waited `seconds` on storage in the interval running now (a remote manifest's rows,
+        fetched while it planned): on its path that is ``read_wait`` (out of the running stage), on the read side
+        ``storage`` thread time.  Consumer thread only."""
+        if seconds <= 0:
+            return
+        now = perf_counter()
+        seconds = min(seconds, now - self.mark)  # the wait ended just now, inside the running interval
+        self._seconds[self.stage] += now - self.mark - seconds
+        self._seconds[READ_WAIT] += seconds
+        self.mark = now
+        self.add(STORAGE, seconds)
 
     def add(self, stage: int, seconds: float, nbytes: int = 0, samples: int = 0) -> None:
         """One timed step of `stage` that ended now, on any thread: its seconds, bytes and samples."""
@@ -112,6 +130,12 @@ class NullClock:
     stage, handed_over, items = ORDER, 0.0, 0
 
     def restart(self, stage: int = ORDER) -> None:
+        pass
+
+    def relabel(self, stage: int) -> None:
+        pass
+
+    def waited_on_storage(self, seconds: float) -> None:
         pass
 
     def switch(self, stage: int) -> int:

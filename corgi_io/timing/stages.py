@@ -43,6 +43,7 @@ STAGES = (
     Stage("to_device", "trainer", "the copy to the accelerator, when to_device's copy is waited on"),
     Stage("startup", "trainer", "the wait for each pass's first batch: worker start-up, planning, first reads"),
     Stage("stall", "trainer", "data stall: the training loop waiting for its next batch, after the first"),
+    Stage("windup", "trainer", "the wait after a pass's last batch for the loader's end (workers shutting down)"),
     Stage("step", "trainer", "the training loop's own time between batches (not a loader stage)"),
 )
 TIMINGS = {  # Reading(timing=): what a dataset's `stats` keeps

@@ -110,13 +110,9 @@ def test_a_slow_transform_is_blamed_on_transform(small_pack):
     assert snapshot["verdict"].startswith("data-bound") and "slowest: transform" in snapshot["verdict"]
 
 
-SHUTDOWN_IS_NO_STALL = pytest.mark.xfail(strict=True, reason="issue 32: the loop's wait for the end of a pass (the "
-                                         "workers' shutdown: ~0.5 s for 2 spawn workers) is timed as a data stall")
-
-
 @pytest.mark.parametrize("batch, step, workers, context", [
     (BATCH, 0.08, 0, None), (None, 0.02, 0, None), pytest.param(BATCH, 0.16, 2, "fork", marks=pytest.mark.slow),
-    pytest.param(BATCH, 0.16, 2, "spawn", marks=[pytest.mark.slow, SHUTDOWN_IS_NO_STALL])])
+    pytest.param(BATCH, 0.16, 2, "spawn", marks=pytest.mark.slow)])
 def test_a_slow_consumer_keeps_up_and_its_workers_wait_in_handoff(small_pack, batch, step, workers, context):
     """The loop takes `step` s an item, the loader well under 1 ms (up to 5 ms a batch from workers on a loaded
     machine): no data stall; the workers wait on the trainer (samples too)."""
@@ -253,8 +249,6 @@ def read_epoch(ds, epoch: int, workers: int = 0) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 32: a remote pack's manifest rows are fetched on the consumer thread "
-                                       "while it plans, and that wait is timed as `order`, not `storage`")
 @pytest.mark.parametrize("epoch, workers", [(0, 0), (1, 2)])
 def test_a_slow_store_blames_no_storage_wait_on_order(served, epoch, workers):
     """A process's first pass over a remote pack also fetches the manifest's sample rows (one request here; again

@@ -138,3 +138,29 @@ def test_hand_overs_counted_inside_order_move_to_handoff_at_the_flush():
     assert row[HANDOFF, SECONDS] == pytest.approx(0.02 + 4 * 0.0001, abs=0.004)
     assert row[ORDER, SECONDS] == pytest.approx(0.008, abs=0.004)
     assert row[HANDOFF, CALLS] == 4
+
+
+def test_a_wait_on_storage_inside_a_stage_becomes_read_wait_and_storage():
+    """A remote manifest's rows fetched while the consumer plans: a wait on storage, not `order` (issue 32 §5)."""
+    row = board_row()
+    clock = StageClock(row)
+    clock.restart()
+    time.sleep(0.002)
+    started = time.perf_counter()
+    time.sleep(0.03)  # the fetch
+    clock.waited_on_storage(time.perf_counter() - started)
+    clock.close()
+    read_wait = stage_index("read_wait")
+    assert row[read_wait, SECONDS] == pytest.approx(0.03, abs=0.005)
+    assert row[STORAGE, SECONDS] == pytest.approx(row[read_wait, SECONDS])
+    assert row[ORDER, SECONDS] < 0.01
+
+
+def test_a_relabelled_interval_is_counted_where_it_ended():
+    row = board_row()
+    clock = StageClock(row)
+    clock.restart(stage_index("stall"))
+    time.sleep(0.01)
+    clock.relabel(stage_index("windup"))
+    clock.close()
+    assert row[stage_index("stall"), SECONDS] == 0 and row[stage_index("windup"), SECONDS] >= 0.01
