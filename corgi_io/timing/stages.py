@@ -33,7 +33,8 @@ STAGES = (
     Stage("cache_miss", "read", "pieces the cache did not hold, fetched from storage"),
     Stage("verify", "read", "checksums and shard sizes checked before a sample is yielded"),
     Stage("split", "read", "pieces cut into samples (or rows of samples)"),
-    Stage("read_wait", "worker", "the consumer waiting for the read-ahead: the read side on the critical path"),
+    Stage("read_wait", "worker", "the consumer waiting for the read-ahead, or on storage itself (a remote "
+                                 "manifest's rows while it plans): the read side on the critical path"),
     Stage("order", "worker", "samples held and put in the shuffle buffer's order"),
     Stage("decode", "worker", "payload bytes decoded (images, video, text, tokens)"),
     Stage("transform", "worker", "the user's transform"),

@@ -164,3 +164,13 @@ def test_a_relabelled_interval_is_counted_where_it_ended():
     clock.relabel(stage_index("windup"))
     clock.close()
     assert row[stage_index("stall"), SECONDS] == 0 and row[stage_index("windup"), SECONDS] >= 0.01
+
+
+def test_the_operations_guide_lists_every_stage_as_the_registry_says():
+    """docs/operations.md's table of stages is the registry's, row for row (a new stage is documented)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| `") and line.count(" | ") == 2]
+    table = [(name.strip("|` "), side, what.rstrip(" |")) for name, side, what in rows]
+    assert [row for row in table if row[0] in names()] == [(s.name, s.side, s.what) for s in STAGES]
