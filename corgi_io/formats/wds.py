@@ -55,10 +55,11 @@ def encode(key: str, ext: str, data: bytes, label: int, size: int, extra=()):
     (list of byte strings, a FieldSpan per field relative to the record: its member's header and payload)."""
     parts, spans, at = [], [], 0
     for name, value in ((ext, data), *extra):
-        header = _header(f"{key}.{name}", len(value))
-        parts += [header, value, b"\0" * (_padded(len(value)) - len(value))]
-        spans.append(FieldSpan(name, at, at + len(header), len(value)))
-        at += len(header) + _padded(len(value))
+        header, nbytes = _header(f"{key}.{name}", len(value)), len(value)
+        padding = -nbytes % BLOCK
+        parts += (header, value, b"\0" * padding)
+        spans.append(FieldSpan(name, at, at + len(header), nbytes))
+        at += len(header) + nbytes + padding
     if label >= 0:
         digits = str(label).encode()
         parts += [_header(f"{key}.cls", len(digits)), digits, b"\0" * (BLOCK - len(digits))]
