@@ -1,12 +1,13 @@
 """Where every tar member of a WebDataset pack lies: (member name, field, data offset, size), sample by sample.
 
 The readers' index files (DALI's ``.idx``, Energon's ``.tar.idx``) need every field's place, not only the
-primary one's that the manifest's per-sample columns give.  A pack without per-field ranges in its manifest
-has its members found from the tar headers of each block: one ranged read per block, as the loader reads it
-(a window of at most WINDOW bytes: a larger block, one huge video say, is walked window by window, skipping
-the member data, so memory stays bounded whatever a block holds).  Each member is checked against the manifest
-on the way: it lies inside its sample's record, is a regular file and is named by its sample's key, and the
-members tile the block; anything else is a one-line FormatError naming the shard, byte offset and key.
+primary one's that the manifest's per-sample columns give.  A pack whose manifest records per-field ranges
+(version 6 on: `Manifest.field_ranges`, and `label_members` for the ``.cls`` members) gives them without a read.
+An older pack has its members found from the tar headers of each block: one ranged read per block, as the loader
+reads it (a window of at most WINDOW bytes: a larger block, one huge video say, is walked window by window,
+skipping the member data, so memory stays bounded whatever a block holds).  Each member is checked against the
+manifest on the way: it lies inside its sample's record, is a regular file and is named by its sample's key, and
+the members tile the block; anything else is a one-line FormatError naming the shard, byte offset and key.
 """
 from __future__ import annotations
 
@@ -39,10 +40,36 @@ def shard_blocks(manifest, shard: int) -> range:
 
 
 def shard_samples(manifest, storage, shard: int):
-    """(key, [Member, ...]) of every sample of shard `shard`, in shard order, a block at a time."""
+    """(key, [Member, ...]) of every sample of shard `shard`, in shard order, a block at a time: from the manifest's
+    per-field ranges where it has them, else from the tar headers."""
     path = manifest.shards.path(shard)
     for block in shard_blocks(manifest, shard):
-        yield from block_samples(manifest, storage, path, block)
+        if has_field_ranges(manifest):
+            yield from recorded_samples(manifest, block)
+        else:
+            yield from block_samples(manifest, storage, path, block)
+
+
+def has_field_ranges(manifest) -> bool:
+    """Whether the manifest records each field's place (version 6 on): the seam the tests use to walk headers."""
+    return manifest.has_field_ranges
+
+
+def recorded_samples(manifest, block: int) -> list:
+    """(key, [Member, ...]) of each sample of block `block`, from the manifest alone: its fields in record order,
+    then its ``.cls`` member when labeled."""
+    first, count = int(manifest.blocks.first[block]), int(manifest.blocks.count[block])
+    keys = manifest.keys(first, first + count)
+    members = [[] for _ in range(count)]
+    fields = manifest.field_ranges(first, first + count)
+    for sample, field, offset, length in zip(*(a.tolist() for a in (fields.sample, fields.field, fields.offset,
+                                                                     fields.length))):
+        name = manifest.fields[field]
+        members[sample - first].append(Member(f"{keys[sample - first]}.{name}", name, offset, length))
+    labels = manifest.label_members(first, first + count)
+    for sample, offset, length in zip(*(a.tolist() for a in (labels.sample, labels.offset, labels.length))):
+        members[sample - first].append(Member(f"{keys[sample - first]}.cls", "cls", offset, length))
+    return list(zip(keys, members))
 
 
 def block_samples(manifest, storage, path: str, block: int) -> list:

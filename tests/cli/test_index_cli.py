@@ -39,7 +39,8 @@ def test_index_writes_each_readers_files_and_says_so(source, tmp_path, corgi):
     assert wids_warning.startswith("corgi index: warning: 1 samples have tar member names that may pass 100 bytes")
     assert dali_warning.startswith("corgi index: warning: 1 of ") and repr(SPACED_KEY) in dali_warning
     assert set(index_files(out)) == {"shardindex.json", *(dali.index_path(s.path) for s in shards)}
-    assert [s["url"] for s in json.loads((out / "shardindex.json").read_text())["shardlist"]] == [s.path for s in shards]
+    shardlist = json.loads((out / "shardindex.json").read_text())["shardlist"]
+    assert [shard["url"] for shard in shardlist] == [shard.path for shard in shards]
 
 
 def test_pack_index_writes_the_same_files_as_index(source, tmp_path, corgi):
@@ -69,7 +70,8 @@ def test_a_tfrecord_pack_is_one_line_naming_the_pack_and_its_format(source, tmp_
 
 @pytest.mark.parametrize("args", [("index", "{out}", "--for", "wids,energy"), ("index", "{out}", "--for", ","),
                                   ("pack", "{src}", "{out}", "--index", "energy")])
-def test_an_unknown_reader_is_a_usage_error_naming_the_choices_before_anything_is_written(args, source, tmp_path, corgi):
+def test_an_unknown_reader_is_a_usage_error_naming_the_choices_before_anything_is_written(args, source, tmp_path,
+                                                                                           corgi):
     out = tmp_path / "pack"
     result = corgi(*(arg.format(out=out, src=source) for arg in args))
     assert result.exit_code == 2 and "('wids', 'dali')" in result.stderr

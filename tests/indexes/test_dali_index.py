@@ -1,12 +1,14 @@
 """DALI's WebDataset index (`corgi index --for dali`): each shard's .idx holds what DALI's `wds2idx` records, read
-back from the tars by `tarfile` alone; a key with a space gets one warning and the form DALI reads without names;
-a block is read with one ranged read, or window by window when larger, and a shard that disagrees with its manifest
-is one line naming it.  With `nvidia.dali` installed, `fn.readers.webdataset` reads the pack with these indexes."""
+back from the tars by `tarfile` alone; a key with a space gets one warning and the form DALI reads without names.
+A pack with per-field ranges (version 6) is indexed from its manifest without a read; an older one from its tar
+headers, one ranged read per block (window by window when larger), and a shard that disagrees with its manifest is
+one line naming it.  With `nvidia.dali` installed, `fn.readers.webdataset` reads the pack with these indexes."""
 from __future__ import annotations
 
 import itertools
 import shutil
 import tarfile
+from pathlib import Path
 
 import pytest
 from helpers.index_packs import LONG_KEY, SPACED_KEY, captioned_pack, tar_members
@@ -81,28 +83,62 @@ def test_a_key_with_a_space_gets_one_warning_and_the_form_without_names(indexed)
         assert len(tokens) % 3 == 0 and all(t.isdigit() for t in tokens[1::3] + tokens[2::3])
 
 
-def test_a_block_is_one_ranged_read_or_windows_when_larger(indexed, tmp_path, monkeypatch):
-    out, _, _ = indexed
-    manifest = open_manifest(out)
-    reads = []
-    read_range = LocalStorage.read_range
+@pytest.fixture
+def reads(monkeypatch) -> list:
+    """The length of every ranged read of a local shard from now on."""
+    lengths, read_range = [], LocalStorage.read_range
     monkeypatch.setattr(LocalStorage, "read_range", lambda self, path, offset, length: (
-        reads.append(length), read_range(self, path, offset, length))[1])
-    expected = {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.idx")}
+        lengths.append(length), read_range(self, path, offset, length))[1])
+    return lengths
+
+
+def write_dali(out, folder) -> dict:
+    """{name: text} of the .idx files `dali.write` writes for the pack `out` into `folder`."""
     with pytest.warns(UserWarning):
-        dali.write(manifest, LocalStorage(str(out)), str(tmp_path))
-    assert len(reads) == len(manifest.blocks) and sum(reads) == int(manifest.blocks.length.sum())
+        dali.write(open_manifest(out), LocalStorage(str(out)), str(folder))
+    return {p.name: p.read_text(encoding="utf-8") for p in folder.glob("*.idx")}
+
+
+def test_a_pack_with_field_ranges_is_indexed_from_its_manifest_alone(indexed, tmp_path, reads):
+    out, _, _ = indexed
+    assert members.has_field_ranges(open_manifest(out))
+    assert write_dali(out, tmp_path) == {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.idx")}
+    assert reads == []
+
+
+def test_the_header_walk_is_one_ranged_read_per_block_or_windows_when_larger(indexed, tmp_path, reads, monkeypatch):
+    out, _, _ = indexed
+    blocks = open_manifest(out).blocks
+    expected = {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.idx")}
+    monkeypatch.setattr(members, "has_field_ranges", lambda manifest: False)  # as for a pack before version 6
+    (tmp_path / "one").mkdir()
+    assert write_dali(out, tmp_path / "one") == expected
+    assert len(reads) == len(blocks) and sum(reads) == int(blocks.length.sum())
     reads.clear()
     monkeypatch.setattr(members, "WINDOW", 1024)  # smaller than every block: walked header by header
-    with pytest.warns(UserWarning):
-        dali.write(manifest, LocalStorage(str(out)), str(tmp_path))
-    assert max(reads) <= 1024 and sum(reads) < int(manifest.blocks.length.sum())
-    assert {p.name: p.read_text(encoding="utf-8") for p in tmp_path.glob("*.idx")} == expected
+    (tmp_path / "windows").mkdir()
+    assert write_dali(out, tmp_path / "windows") == expected
+    assert max(reads) <= 1024 and sum(reads) < int(blocks.length.sum())
+
+
+def test_a_pack_before_field_ranges_is_indexed_from_its_tar_headers(tmp_path):
+    shutil.copytree(Path(__file__).parents[1] / "data" / "v5-wds", tmp_path / "pack")
+    out = tmp_path / "pack"
+    assert not members.has_field_ranges(open_manifest(out))
+    with pytest.warns(UserWarning, match="white space"):
+        write_indexes(out, "dali")
+    manifest = open_manifest(out)
+    shard, = manifest.shards
+    named = all(" " not in key for key in manifest.keys())
+    assert (out / "shard-000000.idx").read_text(encoding="utf-8").splitlines() == \
+        wds2idx_lines(out / shard.path, named)
 
 
 @pytest.mark.filterwarnings("ignore:.*white space")
-def test_a_shard_that_disagrees_with_its_manifest_is_one_line_naming_shard_offset_and_key(indexed, tmp_path):
+def test_a_shard_that_disagrees_with_its_manifest_is_one_line_naming_shard_offset_and_key(indexed, tmp_path,
+                                                                                         monkeypatch):
     out, _, _ = indexed
+    monkeypatch.setattr(members, "has_field_ranges", lambda manifest: False)  # the tar headers are read
     shutil.copytree(out, tmp_path / "pack")
     manifest = open_manifest(tmp_path / "pack")
     key, shard = manifest.key(1), manifest.shards[int(manifest.samples.shard[1])]

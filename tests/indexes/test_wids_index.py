@@ -1,5 +1,6 @@
 """wids' shard list (`corgi index --for wids`): shardindex.json as `widsindex create` writes it, from the manifest alone
-(no shard read), and `wids.ShardListDataset` reads every sample of the pack with it, fields equal to the source files."""
+(no shard read), and `wids.ShardListDataset` reads every sample of the pack with it, fields equal to the source
+files."""
 from __future__ import annotations
 
 import json
@@ -63,6 +64,7 @@ def test_a_key_that_wids_cannot_read_gets_one_warning_and_the_true_counts(tmp_pa
     with pytest.warns(UserWarning) as caught:
         write_indexes(out, "wids")
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
-    assert f"1 samples have tar member names that may pass 100 bytes (first: key {LONG_KEY!r})" in str(caught[0].message)
+    message = str(caught[0].message)
+    assert f"1 samples have tar member names that may pass 100 bytes (first: key {LONG_KEY!r})" in message
     spec = json.loads((out / "shardindex.json").read_text(encoding="utf-8"))
     assert sum(shard["nsamples"] for shard in spec["shardlist"]) == len(expected)
