@@ -12,7 +12,9 @@ each line gives the median samples/s of both and the median of the per-round rat
   bench/load.py's second line;
 * ``Batches(256)``: raw-bytes batches built from the pieces (per piece and batch, nothing per sample);
 * ``images``: ImageNet-sized JPEGs (--images of 500x375) decoded by ImageDecoder(224) into Batches(64), as
-  bench/image_decode.py's imagenet set, in one process.
+  bench/image_decode.py's imagenet set, in one process;
+* ``noise floor``: ``samples`` with timing off against itself, measured the same way: how far apart two equal
+  loads land on this machine, to read the other ratios against.
 
     python bench/stage_timing.py [--n 20000] [--images 1500] [--rounds 8] [--epochs 3]
 """
@@ -58,12 +60,14 @@ def epochs_rate(items, per_item, epochs: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def measure(make, rounds: int, epochs: int) -> tuple:
-    """(median off samples/s, median stages samples/s, per-round ratios) of `rounds` interleaved rounds."""
-    rates = {"off": [], "stages": []}
+def measure(make, rounds: int, epochs: int, timings=("off", "stages")) -> tuple:
+    """(median baseline samples/s, median measured samples/s, per-round ratios) of `rounds` interleaved rounds of
+    `make(timing)` for the two `timings` (baseline first)."""
+    rates = {0: [], 1: []}
     for r in range(rounds + rounds % 2):
-        for timing in (("off", "stages") if r % 2 == 0 else ("stages", "off")):
-            rates[timing].append(epochs_rate(*make(timing), epochs))
+        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+            rates[which].append(epochs_rate(*make(timings[which]), epochs))
+    rates = {"off": rates[0], "stages": rates[1]}
     ratios = [on / off for on, off in zip(rates["stages"], rates["off"])]
     return statistics.median(rates["off"]), statistics.median(rates["stages"]), ratios
 
@@ -81,8 +85,10 @@ def main() -> None:
     print(f"timing cost: samples/s with Reading(timing='stages') against timing='off', one process unless said, "
           f"warm cache, {args.epochs} epochs a measurement, median of {args.rounds + args.rounds % 2} interleaved "
           "rounds")
-    for name, make in loads(root, images).items():
-        off, on, ratios = measure(make, args.rounds, args.epochs)
+    made = loads(root, images)
+    for name, make, timings in [*((name, make, ("off", "stages")) for name, make in made.items()),
+                                ("noise floor", made["samples"], ("off", "off"))]:
+        off, on, ratios = measure(make, args.rounds, args.epochs, timings)
         cost = 1 - statistics.median(ratios)
         print(f"stage timing  {name:<22} {on:>9,.0f} samples/s  {statistics.median(ratios):.3f}x timing off "
               f"({off:,.0f}; rounds {min(ratios):.3f}..{max(ratios):.3f})  cost {cost:+.1%} (goal <= 2%)", flush=True)
