@@ -365,13 +365,15 @@ def test_shard_write_error_is_one_line_and_rerun_resumes(disk_corpus, corgi, tmp
 def test_manifest_write_error_is_one_line_and_rerun_resumes(corgi, tmp_path):
     """Shards of one or two samples fit under RLIMIT_FSIZE; a manifest file does not."""
     from corgi_io.manifest import HEAD_NAME, column_path, column_schema
+    from corgi_io.manifest.schema import BLOCKS_PATH, ROWS_PATH, SKIPS_PATH
 
     options = (*OPTIONS[:-1], "3k")
     root = tmp_path / "corpus"
     samples = make_corpus(root, 120)  # 120 one-sample shards: the head, listing them, outgrows any shard
     case = Case(root, samples, reference_pack(corgi, root, tmp_path / "reference", *options))
     shards = [p.stat().st_size for p in case.reference.glob("shard-*")]
-    written = [column_path(name) for name in column_schema()] + [HEAD_NAME]  # the order save_manifest writes
+    written = [column_path(name) for name in column_schema()] + [ROWS_PATH, BLOCKS_PATH, SKIPS_PATH, HEAD_NAME]  # the
+    # order save_manifest writes them
     biggest = max((case.reference / name).stat().st_size for name in written)
     assert max(shards) < biggest, "the corpus no longer makes a manifest file the largest file"
     limit = (max(shards) + biggest) // 2
