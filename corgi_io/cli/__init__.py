@@ -14,7 +14,7 @@ import click
 
 SUBCOMMANDS = {  # name -> (module, click command in it, the summary `corgi --help` shows)
     "index": ("corgi_io.cli.index", "index_command",
-              "Write other readers' index files (wids, DALI) beside a WebDataset pack, from its manifest."),
+              "Write other readers' index files (wids, DALI, Energon) beside a WebDataset pack."),
     "pack": ("corgi_io.cli.pack", "pack_command", "Pack a folder tree or a listing into shards and a manifest."),
     "plan": ("corgi_io.cli.plan", "plan_command", "Show how one epoch splits over ranks and what its steps cost."),
     "profile": ("corgi_io.cli.profile", "profile_command",

@@ -10,8 +10,9 @@ from corgi_io.cli.storage_options import with_storage_options
 from corgi_io.indexes import INDEXES
 
 READERS_HELP = (f"The readers to write index files for, joined by commas: {', '.join(INDEXES)}. wids: shardindex.json "
-                f"(wids.ShardListDataset); dali: a .idx per shard (fn.readers.webdataset's index_paths). WebDataset "
-                f"packs, in a local folder or S3.")
+                f"(wids.ShardListDataset); dali: a .idx per shard (fn.readers.webdataset's index_paths); energon: "
+                f".nv-meta/ and a .tar.idx per shard (what energon prepare writes; dataset.yaml, when absent, "
+                f"CrudeWebdataset). WebDataset packs, in a local folder or S3.")
 
 
 def index_names(ctx, param, value) -> tuple:
@@ -48,10 +49,11 @@ def write_and_report(command: str, pack, names: tuple, storage_options: dict, wh
 @with_storage_options
 def index_command(dataset, readers, storage_options):
     """Write the index files that other readers' own tools would write (wids' shard list, DALI's wds2idx
-    .idx files) beside the WebDataset pack DATASET, from its manifest: no separate indexing pass.
+    .idx files, Energon's prepared dataset) beside the WebDataset pack DATASET, from its manifest: no
+    separate indexing pass over the shards.
 
     \b
-    wids' JSON comes from the manifest alone; DALI's index needs every tar member's
-    place, read from the tar headers of each block (one ranged read per block).
+    A pack made before manifest version 6 records no per-field ranges: DALI's and
+    Energon's indexes then read the tar headers of each block (one ranged read per block).
     """
     write_and_report("index", dataset, readers, storage_options, dataset)

@@ -5,7 +5,8 @@ One module per reader, chosen from the registry INDEX_MODULES (a new reader is o
 ``write(manifest, storage, folder) -> [paths written, relative to the pack's root]``:
 
 * ``wids`` - wids' ``shardindex.json`` (``widsindex create``), from the manifest alone;
-* ``dali`` - DALI's ``.idx`` per shard (``wds2idx``), from every tar member's place (`members`).
+* ``dali`` - DALI's ``.idx`` per shard (``wds2idx``), from every tar member's place (`members`);
+* ``energon`` - Energon's ``.nv-meta/`` and ``.tar.idx`` per shard (``energon prepare``), from the same.
 
 `write_indexes` is what ``corgi index PACK --for wids,dali`` and ``corgi pack ... --index wids,dali`` call.
 """
@@ -16,7 +17,8 @@ import importlib
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError
 
-INDEX_MODULES = {"wids": "corgi_io.indexes.wids", "dali": "corgi_io.indexes.dali"}
+INDEX_MODULES = {"wids": "corgi_io.indexes.wids", "dali": "corgi_io.indexes.dali",
+                 "energon": "corgi_io.indexes.energon"}
 INDEXES = tuple(INDEX_MODULES)
 
 

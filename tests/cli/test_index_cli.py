@@ -74,5 +74,5 @@ def test_an_unknown_reader_is_a_usage_error_naming_the_choices_before_anything_i
                                                                                            corgi):
     out = tmp_path / "pack"
     result = corgi(*(arg.format(out=out, src=source) for arg in args))
-    assert result.exit_code == 2 and "('wids', 'dali')" in result.stderr
+    assert result.exit_code == 2 and "('wids', 'dali', 'energon')" in result.stderr
     assert not out.exists()
