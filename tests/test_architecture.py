@@ -13,7 +13,7 @@ ROOT = Path(corgi_io.__file__).parent
 # Lower layers first; a module may import its own layer's modules only inside its own package.
 LAYERS = [
     {"errors"}, {"arguments"}, {"storage"}, {"formats"}, {"manifest"}, {"processes", "schedule", "images", "timing"},
-    {"packing", "reading", "report"}, {"loaders"}, {"cli"}, {"__init__"},
+    {"packing", "reading", "report", "indexes"}, {"loaders"}, {"cli"}, {"__init__"},
 ]
 PURE = {"schedule": {"errors", "arguments", "schedule"},  # planning: numpy in and out, no I/O, no torch
         "timing": {"timing"}}  # the clocks and their summaries: numpy and the time, no I/O, no torch
