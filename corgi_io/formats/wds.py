@@ -97,7 +97,7 @@ def parse_block(buffer, base_offset: int = 0):
         for member in tarfile.open(fileobj=io.BytesIO(buffer), mode="r:", encoding="utf-8"):
             if not member.isfile():
                 raise FormatError(base_offset + member.offset, f"tar member {member.name!r} is not a regular file")
-            key, ext = _split_name(member.name)
+            key, ext = split_name(member.name)
             data = bytes(buffer[member.offset_data: member.offset_data + member.size])
             if len(data) != member.size:
                 raise FormatError(base_offset + member.offset_data, f"tar member {member.name!r} is truncated")
@@ -122,7 +122,7 @@ def parse_block(buffer, base_offset: int = 0):
         raise FormatError(base_offset + end, "bytes after the last valid tar member do not parse")
 
 
-def _split_name(name: str) -> tuple:
+def split_name(name: str) -> tuple:
     """(key, field) of a member name: webdataset splits at the first dot of the base name."""
     slash = name.rfind("/") + 1
     dot = name.find(".", slash)

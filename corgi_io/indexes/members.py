@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from corgi_io.errors import FormatError
-from corgi_io.formats.wds import _split_name
+from corgi_io.formats.wds import split_name
 
 WINDOW = 8 << 20  # the most bytes read at once: a whole default block (4 MiB), or a run of tar headers
 
@@ -89,7 +89,7 @@ def block_samples(manifest, storage, path: str, block: int) -> list:
             raise FormatError(member.offset, f"{path}: tar member {member.name!r} lies outside the record of "
                                              f"sample {key!r} in the manifest")
         _check_member(member, key, path)
-        samples[i][1].append(Member(member.name, _split_name(member.name)[1], member.offset_data, member.size))
+        samples[i][1].append(Member(member.name, split_name(member.name)[1], member.offset_data, member.size))
         end = member.offset_data + -(-member.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
     missing = next((j for j, (_, members) in enumerate(samples) if not members), None)
     if missing is not None or end != base + length:
@@ -102,7 +102,7 @@ def _check_member(member, key: str, path: str) -> None:
     """FormatError unless `member` is a regular file named `<key>.<field>`."""
     if not member.isfile():
         raise FormatError(member.offset, f"{path}: tar member {member.name!r} of sample {key!r} is not a regular file")
-    if _split_name(member.name)[0] != key:
+    if split_name(member.name)[0] != key:
         raise FormatError(member.offset, f"{path}: tar member {member.name!r} does not belong to sample {key!r} "
                                          f"of the manifest")
 
