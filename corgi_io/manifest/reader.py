@@ -124,10 +124,12 @@ class Manifest:
             self._check_blocks(int(run[0]), int(run[-1]) + 1)
 
     def _check_blocks(self, lo: int, hi: int) -> None:
-        """Validate blocks [lo, hi) in steps of about ROWS_AT_ONCE rows, fetching each step's rows first."""
+        """Validate blocks [lo, hi) in steps of about ROWS_AT_ONCE rows (a sample's and its field rows: at most
+        1 + max_fields a sample), fetching each step's rows first."""
         first, count = self.blocks.first, self.blocks.count
+        samples = ROWS_AT_ONCE // (1 + self.max_fields) if self.field_start is not None else ROWS_AT_ONCE
         while lo < hi:
-            step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + ROWS_AT_ONCE))))
+            step = min(hi, max(lo + 1, int(np.searchsorted(first, first[lo] + samples))))
             start, stop = int(first[lo]), int(first[step - 1] + count[step - 1])
             if self.row_groups is not None:
                 self.row_groups.ensure(lo, step)  # every column, the keys and fields of these blocks, in one request

@@ -198,3 +198,21 @@ def test_field_ids_that_name_other_fields_than_the_mask_are_refused(packs, tmp_p
     out = edited(packs, tmp_path, "wds", lambda a: a["field_id"].__setitem__(row, others[0]))
     with pytest.raises(ManifestError, match=r"its field rows name other fields than its field mask"):
         open_manifest(out).validate_rows()
+
+
+def test_a_full_validation_holds_a_bounded_number_of_rows_fields_included(packs, monkeypatch):
+    """Validation steps count a sample's field rows too: at most ROWS_AT_ONCE rows of either kind, whatever the
+    fields a sample has (up to 64), per step (bar a step of one block)."""
+    from corgi_io.manifest import reader
+
+    monkeypatch.setattr(reader, "ROWS_AT_ONCE", 16)
+    steps = []
+    monkeypatch.setattr(reader, "check_block_rows", lambda m, lo, hi, where: steps.append((lo, hi)))
+    m = open_manifest(packs["wds"][0])
+    m.validate_rows()
+    first, count, start = m.blocks.first, m.blocks.count, np.asarray(m.field_start)
+    assert steps[0][0] == 0 and steps[-1][1] == len(first) and all(a[1] == b[0] for a, b in zip(steps, steps[1:]))
+    for lo, hi in steps:
+        samples = int(first[hi - 1] + count[hi - 1] - first[lo])
+        fields = int(start[first[hi - 1] + count[hi - 1]] - start[first[lo]])
+        assert hi - lo == 1 or samples + fields <= 16, (lo, hi, samples, fields)
