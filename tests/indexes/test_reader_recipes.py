@@ -1,9 +1,14 @@
 """docs/format.md's "Reading a corgi pack with other readers": each Python recipe, as printed, reads every sample's key
 of a pack made here (a wds pack, or a TFRecord one for the recipes that say so), with its library where it is
-installed (each recipe's test skips, naming the library, where it is not)."""
+installed (each recipe's test skips, naming the library, where it is not). Each runs in a fresh interpreter, as a user
+runs it: the `tfrecord` package registers tensorflow's proto names too, so one process cannot import both."""
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,16 +44,28 @@ def test_the_section_holds_a_recipe_for_each_reader():
     assert {"DALI", "Megatron-Energon", "Hugging Face datasets"} <= set(re.findall(r"^### (.+)$", SECTION, re.M))
 
 
+RUN_RECIPE = """import json, sys
+namespace = {}
+try:
+    exec(compile(sys.stdin.read(), sys.argv[1], "exec"), namespace)
+except ModuleNotFoundError as missing:
+    print(json.dumps({"missing": missing.name}))
+else:
+    print(json.dumps({"keys": namespace["keys"]}))
+"""
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("title", sorted(RECIPES))
-def test_a_recipe_reads_every_samples_key(title, packs, tmp_path, monkeypatch):
+def test_a_recipe_reads_every_samples_key(title, packs, tmp_path):
     code = SETUP + RECIPES[title]
     placeholder = TFRECORD if TFRECORD in code else WDS
-    monkeypatch.chdir(tmp_path)  # wids caches its copies of the shards in /tmp/_wids_cache unless told otherwise
-    monkeypatch.setenv("WIDS_CACHE", str(tmp_path / "wids-cache"))
-    namespace = {}
-    try:
-        code = code.replace(TFRECORD, str(packs[TFRECORD])).replace(WDS, str(packs[WDS]))
-        exec(compile(code, f"docs/format.md: {title}", "exec"), namespace)
-    except ModuleNotFoundError as missing:
-        pytest.skip(f"pip install {missing.name}")
-    assert sorted(namespace["keys"]) == sorted(open_manifest(packs[placeholder]).keys())
+    code = code.replace(TFRECORD, str(packs[TFRECORD])).replace(WDS, str(packs[WDS]))
+    env = {**os.environ, "WIDS_CACHE": str(tmp_path / "wids-cache")}  # wids caches in /tmp/_wids_cache otherwise
+    done = subprocess.run([sys.executable, "-c", RUN_RECIPE, f"docs/format.md: {title}"], input=code, cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "missing" in result:
+        pytest.skip(f"pip install {result['missing']}")
+    assert sorted(result["keys"]) == sorted(open_manifest(packs[placeholder]).keys())
