@@ -78,7 +78,8 @@ class SamplePreparer:
                 self._skip(error)
                 return error
         if self.transform is not None:
-            self.clock.switch(TRANSFORM)
+            if self.decode is not None:  # else `__call__` switched to it already
+                self.clock.switch(TRANSFORM)
             sample["data"] = self.transform(sample["data"])
             if "fields" in sample and sample["ext"] in sample:
                 sample[sample["ext"]] = sample["data"]  # the primary field under its name is `data`

@@ -9,7 +9,7 @@ persistent workers included, at any moment and without a message (`board`, `snap
 
 `watch(loader)` times the training loop around the loader (the data stall, its own steps), writes a JSON line
 every `every` steps and, where the tensorboard package is installed, TensorBoard scalars.  At `set_epoch` the
-ranks exchange their epoch's paths (`end_epoch`, one `all_gather_object` of a few floats when
+ranks exchange their epoch's paths (`end_epoch`, one tensor `all_gather` of a few floats, no pickle, when
 torch.distributed is initialised) and rank 0 logs the straggler line (`corgi_io.timing.summary`).
 """
 from __future__ import annotations

@@ -30,6 +30,7 @@ from corgi_io.loaders.on_error import SamplePreparer, collated_batches
 from corgi_io.loaders.piece_cache import cached_epoch
 from corgi_io.loaders.token_rows import row_items
 from corgi_io.storage.base import waited_seconds
+from corgi_io.timing.clock import NullClock
 from corgi_io.timing.clock import HANDOFF
 
 
@@ -37,7 +38,8 @@ def worker_items(ds):
     """This worker's items of `ds`'s current epoch (a `CorgiPileDataset` whose `__iter__` took the epoch), timed on
     this process's clock."""
     clock = ds.stats.worker_clock()
-    return _handed_over(_items(ds, clock), clock)
+    items = _items(ds, clock)
+    return items if isinstance(clock, NullClock) else _handed_over(items, clock)
 
 
 def _items(ds, clock):
@@ -58,7 +60,7 @@ def _items(ds, clock):
 def _handed_over(items, clock):
     """`items`, the time from yielding each to being asked for the next counted as ``handoff`` (`StageClock.
     handed_over`: two `perf_counter` calls an item, no switch); everything reaches the board when the pass ends
-    (or is closed)."""
+    (or is closed, as a loop that stops early closes it)."""
     clock.restart()
     trace = getattr(clock, "trace", None)  # timing="trace": each hand-over is an interval of the timeline too
     try:
@@ -71,6 +73,7 @@ def _handed_over(items, clock):
             if trace is not None:
                 trace.add(HANDOFF, before, after)
     finally:
+        items.close()  # the reads still in flight end (and are timed) before the last flush
         clock.close()
 
 

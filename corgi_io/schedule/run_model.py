@@ -186,7 +186,7 @@ def predict_run(planner_of, piece_bytes, model: RunModel, *, workers: int = 0, e
     replays = cache_epochs(plans, model, ahead) if cached else None
     rows = [_epoch_row(first_epoch + e, plans[e], replays and [r[e] for r in replays], model, ahead)
             for e in range(epochs)]
-    worker_bytes = [[memory_bound(work, ahead) for work in rank] for rank in plans[0]]
+    worker_bytes = [[memory_bound(work, ahead) for work in rank] for epoch in plans for rank in epoch]  # every epoch
     return {"model": model.as_dict(), "workers": workers, "epochs": rows,
             "memory": {"worker": max(map(max, worker_bytes)), "rank": max(map(sum, worker_bytes))}}
 

@@ -1,6 +1,6 @@
 """The clock of one process's slot on the board: stage times kept in plain floats, added to the board now and then.
 
-A process times its stages two ways:
+A process times its stages three ways:
 
 * `switch(stage)` on the consumer thread: the time since the last switch goes to the stage that was running,
   so the consumer's stages partition its wall time with one `perf_counter` call per switch (about 0.2 µs);
@@ -10,6 +10,9 @@ A process times its stages two ways:
   each yield, two `perf_counter` calls and no switch: 0.15 µs against 0.35), moved from ``order`` to
   ``handoff`` at each flush;
 * `add(stage, seconds, bytes, samples)` from any thread (the reading threads: one call per piece).
+
+A clock counts its consumer's time only once a pass `restart`s it (until then, in `UNTIMED`, dropped): a clock
+that only carves out one step (`to_device`'s copy, without `watch`) counts that step and nothing around it.
 
 The totals wait in Python lists and reach the board (a numpy (stages, FIELDS) row, in shared memory when
 `PipelineStats` made it) at most every `FLUSH_SECONDS`, from the consumer thread, and at `flush()`: a board
@@ -32,6 +35,7 @@ from corgi_io.timing.stages import FIELDS, STAGES, stage_index
 FLUSH_SECONDS = 0.05  # the longest a total waits in a process before a reader of the board sees it
 ORDER = stage_index("order")  # where a consumer's time goes until it is switched elsewhere
 HANDOFF, READ_WAIT, STORAGE = stage_index("handoff"), stage_index("read_wait"), stage_index("storage")
+UNTIMED = len(STAGES)  # not a stage: where a clock's consumer time goes before its first `restart` (dropped)
 
 
 class StageClock:
@@ -40,11 +44,11 @@ class StageClock:
     def __init__(self, row: np.ndarray, trace=None):
         self.row, self.trace = row, trace
         self._pending = np.zeros((len(STAGES), len(FIELDS)))  # read threads' additions, under the lock
-        self._seconds, self._calls = [0.0] * len(STAGES), [0] * len(STAGES)  # the consumer's, unlocked
+        self._seconds, self._calls = [0.0] * (UNTIMED + 1), [0] * (UNTIMED + 1)  # the consumer's, unlocked
         self.handed_over = 0.0  # seconds of hand-over inside `order`, added by the consumer (see the module)
         self.items = 0          # the items those hand-overs are
         self._lock = threading.Lock()
-        self.stage, self.mark = ORDER, perf_counter()
+        self.stage, self.mark = UNTIMED, perf_counter()  # nothing is counted until a pass `restart`s it
         self._flushed = self.mark
 
     def restart(self, stage: int = ORDER) -> None:
@@ -58,7 +62,7 @@ class StageClock:
         left = self.stage
         self._seconds[left] += now - self.mark
         self._calls[left] += 1
-        if self.trace is not None:
+        if self.trace is not None and left != UNTIMED:
             self.trace.add(left, self.mark, now)
         self.stage, self.mark = stage, now
         if now - self._flushed > FLUSH_SECONDS:
@@ -80,6 +84,10 @@ class StageClock:
         seconds = min(seconds, now - self.mark)  # the wait ended just now, inside the running interval
         self._seconds[self.stage] += now - self.mark - seconds
         self._seconds[READ_WAIT] += seconds
+        self._calls[READ_WAIT] += 1
+        if self.trace is not None:
+            self.trace.add(self.stage, self.mark, now - seconds)
+            self.trace.add(READ_WAIT, now - seconds, now)
         self.mark = now
         self.add(STORAGE, seconds)
 
@@ -102,9 +110,9 @@ class StageClock:
         with self._lock:
             pending, self._pending = self._pending, np.zeros_like(self._pending)
         self._move_handed_over()
-        pending[:, 0] += self._seconds
-        pending[:, 3] += self._calls
-        self._seconds, self._calls = [0.0] * len(STAGES), [0] * len(STAGES)
+        pending[:, 0] += self._seconds[:UNTIMED]
+        pending[:, 3] += self._calls[:UNTIMED]
+        self._seconds, self._calls = [0.0] * (UNTIMED + 1), [0] * (UNTIMED + 1)
         self.row += pending
         self._flushed = now
         if self.trace is not None:
@@ -167,10 +175,12 @@ class TraceRing:
         self._buffer, self._lock = [], threading.Lock()
 
     def add(self, stage: int, start: float, end: float) -> None:
+        """One interval of `stage`, kept in this process until the next `flush` (any thread)."""
         with self._lock:
             self._buffer.append((stage, start, end))
 
     def flush(self) -> None:
+        """Write the kept intervals into the ring, the newest over the oldest (the consumer's thread)."""
         with self._lock:
             buffer, self._buffer = self._buffer, []
         capacity = len(self.events)

@@ -181,3 +181,15 @@ def test_the_link_shares_its_bandwidth_among_the_transfers_under_way():
 def test_a_bad_model_is_refused_by_name(options, message):
     with pytest.raises(ArgumentError, match=message):
         RunModel(**options)
+
+
+def test_the_memory_bound_of_a_run_is_its_largest_epochs():
+    """A later epoch that puts the big blocks in one buffer holds more than the first: the run's bound says so."""
+    rng = np.random.default_rng(0)
+    pack = Pack([4] * 24, rng.integers(1, 20000, 96).tolist(), buffer_blocks=2)
+    pieces = PieceBytes(pack.first, pack.count, pack.block_bytes, pack.offsets, pack.lengths)
+    per_epoch = [predict_run(pack.planner, pieces, RunModel(), epochs=1, first_epoch=e)["memory"]
+                 for e in range(4)]
+    run = predict_run(pack.planner, pieces, RunModel(), epochs=4)["memory"]
+    assert run["worker"] == max(m["worker"] for m in per_epoch) > per_epoch[0]["worker"]
+    assert run["rank"] == max(m["rank"] for m in per_epoch)

@@ -32,8 +32,8 @@ def test_switches_partition_the_consumers_wall_time_among_its_stages():
         clock.switch(ORDER)
     clock.close()
     wall = time.perf_counter() - start
-    assert row[:, SECONDS].sum() == pytest.approx(wall, rel=0.02)
-    assert row[DECODE, SECONDS] > 3 * row[HANDOFF, SECONDS] > 0
+    assert 5 * (0.004 + 0.001) <= row[:, SECONDS].sum() <= wall  # nothing slept is lost, nothing counted twice
+    assert row[DECODE, SECONDS] >= 0.02 and row[HANDOFF, SECONDS] >= 0.005
     assert row[DECODE, CALLS] == 5 and row[HANDOFF, CALLS] == 5
 
 
@@ -127,16 +127,20 @@ def test_hand_overs_counted_inside_order_move_to_handoff_at_the_flush():
     """The worker's hand-overs are timed around each yield without a switch: at a flush they leave ``order``."""
     row = board_row()
     clock = StageClock(row)
+    start = time.perf_counter()
     clock.restart()
+    given = 0.0
     for _ in range(4):
         time.sleep(0.002)  # the item is made, in order
         before = time.perf_counter()
         time.sleep(0.005)  # the item is handed over
+        given += time.perf_counter() - before
         clock.handed_over += time.perf_counter() - before
         clock.items += 1
     clock.close()
-    assert row[HANDOFF, SECONDS] == pytest.approx(0.02 + 4 * 0.0001, abs=0.004)
-    assert row[ORDER, SECONDS] == pytest.approx(0.008, abs=0.004)
+    wall = time.perf_counter() - start
+    assert row[HANDOFF, SECONDS] == pytest.approx(given, rel=0.01)
+    assert row[ORDER, SECONDS] >= 0.008 and row[ORDER, SECONDS] + row[HANDOFF, SECONDS] <= wall
     assert row[HANDOFF, CALLS] == 4
 
 
@@ -144,16 +148,18 @@ def test_a_wait_on_storage_inside_a_stage_becomes_read_wait_and_storage():
     """A remote manifest's rows fetched while the consumer plans: a wait on storage, not `order` (issue 32 §5)."""
     row = board_row()
     clock = StageClock(row)
+    start = time.perf_counter()
     clock.restart()
     time.sleep(0.002)
     started = time.perf_counter()
     time.sleep(0.03)  # the fetch
-    clock.waited_on_storage(time.perf_counter() - started)
+    waited = time.perf_counter() - started
+    clock.waited_on_storage(waited)
     clock.close()
+    wall = time.perf_counter() - start
     read_wait = stage_index("read_wait")
-    assert row[read_wait, SECONDS] == pytest.approx(0.03, abs=0.005)
-    assert row[STORAGE, SECONDS] == pytest.approx(row[read_wait, SECONDS])
-    assert row[ORDER, SECONDS] < 0.01
+    assert row[read_wait, SECONDS] == pytest.approx(waited) and row[STORAGE, SECONDS] == pytest.approx(waited)
+    assert row[ORDER, SECONDS] >= 0.002 and row[ORDER, SECONDS] + waited <= wall
 
 
 def test_a_relabelled_interval_is_counted_where_it_ended():
@@ -174,3 +180,17 @@ def test_the_operations_guide_lists_every_stage_as_the_registry_says():
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| `") and line.count(" | ") == 2]
     table = [(name.strip("|` "), side, what.rstrip(" |")) for name, side, what in rows]
     assert [row for row in table if row[0] in names()] == [(s.name, s.side, s.what) for s in STAGES]
+
+
+def test_a_clock_counts_nothing_of_its_consumer_until_a_pass_restarts_it():
+    """to_device carves its copy out of the trainer's clock without watch(): only the copy counts, not `order`."""
+    row = board_row()
+    clock = StageClock(row)
+    time.sleep(0.01)
+    left = clock.switch(stage_index("to_device"))
+    time.sleep(0.005)
+    clock.switch(left)
+    time.sleep(0.01)
+    clock.close()
+    assert row[stage_index("to_device"), SECONDS] >= 0.005
+    assert row[:, SECONDS].sum() == row[stage_index("to_device"), SECONDS]
