@@ -188,6 +188,8 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     @functools.cached_property
     def fast_batches(self) -> bool:
         """Whether batches are built without a dict per sample (`corgi_io.loaders.fast_batches`): raw bytes, the
-        default collate, packs of one field per sample, `Batches` of a fixed size."""
-        manifests = [pack.manifest for pack in getattr(self.packs, "packs", [self.packs])]
-        return fast_batches_apply(self.spec, self.decode, manifests)
+        default collate, packs of one field per sample read whole (no `Reading(fields=)` left once checked
+        against them: asking a one-field pack's field is a whole read), `Batches` of a fixed size."""
+        packs = getattr(self.packs, "packs", [self.packs])
+        return fast_batches_apply(self.spec, self.decode, [pack.manifest for pack in packs]) and \
+            all(pack.fields is None for pack in packs)

@@ -47,6 +47,7 @@ class LoaderSpec:
     batch_budget: int | None  # batches of cost <= this (schedule.budget), instead of batch_size
     batch_cost: str  # a `schedule.budget.BATCH_COSTS` name: what a batch costs against batch_budget
     rows: TokenRows | None = None  # rows of tokens (batch_size: rows per item); None: samples
+    fields: tuple | None = None  # field names to read alone (reading/field_reads.py); None: every field
 
     def planner(self, manifest, world_size: int, epoch: int, cost_model=None, owner=None):
         """The pure planner of `epoch` of the pack `manifest` for `world_size` ranks with these options
@@ -93,7 +94,7 @@ def loader_spec(source, *, shuffle: Shuffle, seed, ranks: Ranks, batching, decod
                  batching=(batching, (*BATCHINGS, type(None))))
     check_callable("transform", transform, optional=True)
     if isinstance(batching, TokenRows):
-        _check_rows(shuffle, ranks, decoding, transform, cache)
+        _check_rows(shuffle, ranks, decoding, transform, cache, reading)
     elif ranks.balance != "count" and (batching is None or shuffle.mode != "corgipile"):
         raise ArgumentError(f"Ranks(balance={ranks.balance!r}) balances every step's batch inside CorgiPile "
                             "buffers: it needs batching=Batches(...) or Budget(...) and Shuffle('corgipile')")
@@ -134,12 +135,13 @@ def _check_types(**parts) -> None:
             raise ArgumentError(f"{name}= takes {wanted}, got {value!r}")
 
 
-def _check_rows(shuffle: Shuffle, ranks: Ranks, decoding: Decoding, transform, cache) -> None:
+def _check_rows(shuffle: Shuffle, ranks: Ranks, decoding: Decoding, transform, cache, reading: Reading) -> None:
     """ArgumentError for the parts that rows of tokens (`TokenRows`) do not take."""
     refused = [name for name, bad in (("a transform", transform is not None),
                                       ("Ranks(drop_last=True)", ranks.drop_last),
                                       ("Ranks(partitions=)", ranks.partitions is not None),
                                       ("a Cache", cache is not None),
+                                      ("Reading(fields=)", reading.fields is not None),
                                       ("Decoding(on_error='skip')", decoding.on_error != "raise"),
                                       (f"Ranks(balance={ranks.balance!r})", ranks.balance not in ("count", "size")),
                                       (f"Shuffle({shuffle.mode!r})", shuffle.mode not in ROW_SHUFFLES),
@@ -162,4 +164,5 @@ def _flatten(shuffle, seed, ranks, batching, decoding, transform, reading, cache
         batch_cost=batching.cost if budget else "padded", rows=batching if isinstance(batching, TokenRows) else None,
         read_threads=reading.threads, storage_options=reading.storage_options, verify_reads=reading.verify,
         timing=reading.timing, max_pixels=decoding.max_pixels, on_error=decoding.on_error,
-        cache_dir=cache and cache.folder,        cache_limit=cache and cache.limit, cache_policy=cache.policy if cache else "belady")
+        cache_dir=cache and cache.folder, cache_limit=cache and cache.limit,
+        cache_policy=cache.policy if cache else "belady", fields=reading.fields)

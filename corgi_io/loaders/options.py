@@ -237,13 +237,17 @@ class Reading:
     `prefetch_blocks` pieces read ahead of the buffer (None: as many as the buffer holds), `verify` each shard's
     size and every record's checksum before a byte is yielded, and `storage_options` for the storage (fsspec's,
     or HTTP headers and timeouts).  `timing`: what the dataset's `stats` keeps of where the time goes, one of
-    `corgi_io.timing.TIMINGS` ("stages" by default; "trace" adds a timeline; "off")."""
+    `corgi_io.timing.TIMINGS` ("stages" by default; "trace" adds a timeline; "off").  `fields`: a tuple of field
+    names (extensions, ``("txt", "json")``) to read only those fields' bytes, each checked alone, the plan
+    unchanged (`corgi_io.reading.field_reads`; packs of manifest version 6 on, checked when the dataset is made);
+    None (the default) reads every field."""
 
     threads: int | None = None
     prefetch_blocks: int | None = None
     verify: bool = True
     storage_options: Mapping = field(default_factory=dict)
     timing: str = "stages"
+    fields: tuple | None = None
 
     def __post_init__(self):
         _set(self, "threads", check_at_least("threads", self.threads, 1, optional=True))
@@ -251,6 +255,18 @@ class Reading:
         _set(self, "verify", check_flag("verify", self.verify))
         _set(self, "storage_options", FrozenMap(check_mapping("storage_options", self.storage_options)))
         choose("timing", self.timing, TIMINGS)
+        if self.fields is not None:
+            _set(self, "fields", field_names(self.fields))
+
+
+def field_names(fields) -> tuple:
+    """`fields` as a tuple of distinct, non-empty field names; ArgumentError for anything else (a lone string too:
+    ``fields="txt"`` would be three fields)."""
+    names = tuple(fields) if isinstance(fields, (tuple, list)) else None
+    if not names or not all(isinstance(name, str) and name for name in names) or len(set(names)) < len(names):
+        raise ArgumentError(f"Reading(fields=) takes a non-empty tuple of distinct field names (extensions, e.g. "
+                            f"('txt', 'json')), or None for every field; got {fields!r}")
+    return names
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ import hashlib
 import json
 import math
 import os
+import warnings
 
 from corgi_io.errors import ArgumentError
 from corgi_io.manifest import open_manifest
 from corgi_io.manifest.fields import KIND_OF_FIELD
 from corgi_io.reading import PieceReader
 from corgi_io.reading.blend_reader import BlendReader
+from corgi_io.reading.field_reads import wanted_fields
 from corgi_io.reading.buffers import BufferPool
 from corgi_io.schedule import block_owners, pack_fingerprint
 from corgi_io.schedule.blend import check_weights
@@ -32,11 +34,17 @@ from corgi_io.loaders.loader_spec import block_table
 
 
 class OnePack:
-    """One pack: its manifest, the block owners under `partitions`, this process's storage and remote cache."""
+    """One pack: its manifest, the block owners under `partitions`, this process's storage and remote cache, and
+    the fields it reads alone (`Reading(fields=)`: None for every field; checked against the pack here)."""
 
     def __init__(self, source, spec):
         self.spec, self.manifest = spec, open_manifest(source, spec.storage_options)
         m = self.manifest
+        self.fields = wanted_fields(m, spec.fields)
+        if self.fields is not None and spec.cache_dir is not None:
+            warnings.warn(f"{m.root}: Reading(fields={self.fields!r}) reads past the Cache (field-only reads fetch "
+                          "a few percent of each piece and are not cached); fields=None caches whole pieces",
+                          stacklevel=4)
         self.block_owner = None if spec.partitions is None else \
             block_owners(spec.partitions, [shard.path for shard in m.shards], m.blocks.shard)
         self._storage, self._storage_pid = None, None
@@ -66,12 +74,13 @@ class OnePack:
         return self.spec.planner(self.manifest, world_size, epoch, cost_model, self.block_owner)
 
     def reader(self, planner=None, clock=NULL_CLOCK) -> PieceReader:
-        """A reader of this process's storage (through its remote cache, with `cache_dir`), for any planner's plans,
-        timing its stages on `clock`."""
+        """A reader of this process's storage (through its remote cache, with `cache_dir`, unless it reads some
+        fields alone), for any planner's plans, timing its stages on `clock`."""
         spec = self.spec
-        cache = self._cache.for_reading(self.manifest, self.storage, self.fingerprint)
+        cache = None if self.fields is not None else self._cache.for_reading(self.manifest, self.storage,
+                                                                              self.fingerprint)
         return PieceReader(self.manifest, self.storage, spec.prefetch_blocks, spec.read_threads,
-                           verify=spec.verify_reads, cache=cache, pool=self._pool, clock=clock)
+                           verify=spec.verify_reads, cache=cache, pool=self._pool, clock=clock, fields=self.fields)
 
     def piece_readers(self, reader) -> list:
         """The PieceReaders inside `reader`, by source: itself."""
@@ -95,14 +104,20 @@ class OnePack:
         return lambda piece: (0, tuple(piece))
 
     def locate(self, sample: dict) -> tuple:
-        """(shard URL, shard path, payload byte offset) of a sample read from this pack."""
-        samples, index = self.manifest.samples, sample["index"]
-        path, offset = self.manifest.shards[int(samples.shard[index])].path, int(samples.data_offset[index])
+        """(shard URL, shard path, byte offset of its `data`) of a sample read from this pack: its primary field's,
+        or, read by `fields` without it, the field that `data` holds."""
+        m, index = self.manifest, sample["index"]
+        path, offset = m.shards[int(m.samples.shard[index])].path, int(m.samples.data_offset[index])
+        if self.fields is not None and sample["ext"] in sample.get("fields", ()) and \
+                sample["ext"] != m.extensions[int(m.samples.ext[index])]:
+            offset = int(m.field_ranges(index, index + 1, [sample["ext"]]).offset[0])
         return self.storage.url(path), path, offset
 
     def kinds(self) -> tuple:
         """What a sample of the pack holds, for the batching check of a blend: its fields, or its media kinds."""
         m = self.manifest
+        if self.fields is not None:
+            return ("fields", *self.fields)
         if m.max_fields > 1:
             return ("fields", *m.fields)
         return tuple(sorted({KIND_OF_FIELD.get(ext, ext) for ext in m.extensions}))

@@ -72,7 +72,7 @@ class InFlight:
                 self._running -= 1
                 self._gate.notify()
         if not self.settled:
-            self.observe(len(data), time.perf_counter() - start, sharing)
+            self.observe(nbytes_of(data), time.perf_counter() - start, sharing)
         return data
 
     def observe(self, nbytes: int, seconds: float, sharing: int = 1) -> None:
@@ -95,3 +95,8 @@ class InFlight:
         in_flight = min(self.bandwidth * self.latency, MAX_IN_FLIGHT_BYTES) if self.latency else 0.0
         wanted = 1 + math.ceil(in_flight / max(1.0, self.read_bytes))
         return max(self.start, min(self.most, wanted))
+
+
+def nbytes_of(data) -> int:
+    """The bytes of a read's answer: one buffer, or a list of them (`Storage.read_ranges`)."""
+    return len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(map(len, data))

@@ -4,7 +4,8 @@ The plan (`corgi_io.schedule.buffer_plan`) lists, per buffer, the pieces to read
 whole samples inside one block) and the order to yield the buffer's samples in.  The stages:
 
 1. read-ahead (`read_ahead.py`): one ranged read per piece, on `read_threads` threads, at most
-   `prefetch_pieces` pieces read or in flight ahead of the consumer;
+   `prefetch_pieces` pieces read or in flight ahead of the consumer (with `fields`, the asked fields' runs
+   instead, in one `read_ranges` call: `field_reads.py`);
 2. verify (`corgi_io.reading.read_checks.PieceVerifier`): the shard's size on its first read and every
    record's checksum, before any of the piece's samples exists;
 3. split (`split.py`): the piece cut into sample dicts by the manifest's offsets;
@@ -34,7 +35,8 @@ from time import perf_counter
 
 from corgi_io.reading.read_checks import PieceVerifier
 
-from corgi_io.reading.in_flight import InFlight
+from corgi_io.reading.field_reads import FieldSplitter, read_runs
+from corgi_io.reading.in_flight import InFlight, nbytes_of
 from corgi_io.reading.reorder import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
 from corgi_io.reading.raw_batches import PieceRows, ordered_batches
@@ -84,15 +86,19 @@ class PieceReader:
     most) applies, and `InFlight` grows the first towards the most while it pays.  With a `cache`
     (`corgi_io.reading.piece_cache.PieceCache`, for remote packs) every piece goes through it, and is
     checked there, whatever `verify` says.  A `pool` (`corgi_io.reading.buffers.BufferPool`) gives `batches` reused
-    buffers to read local pieces into.  `clock` times the stages (see the module).
+    buffers to read local pieces into.  `clock` times the stages (see the module).  `fields` (names, from
+    `field_reads.wanted_fields`) reads only those fields of each piece's samples, each checked against its own
+    checksum, past any cache (`corgi_io.reading.field_reads`); samples only, not `batches`.
     """
 
     def __init__(self, manifest, storage, prefetch_pieces: int = 16, read_threads: int | None = None,
-                 verify: bool = True, cache=None, pool=None, clock=NULL_CLOCK):
-        self.manifest, self.storage, self.cache, self.clock = manifest, storage, cache, clock
-        self.pool = pool if cache is None and hasattr(storage, "read_range_into") else None
+                 verify: bool = True, cache=None, pool=None, clock=NULL_CLOCK, fields=None):
+        self.manifest, self.storage, self.clock = manifest, storage, clock
+        self.cache = cache if fields is None else None  # a few percent of a piece: not worth a cache's disk
+        self.pool = pool if self.cache is None and hasattr(storage, "read_range_into") else None
         self.verifier = PieceVerifier(manifest, storage) if verify else None
         self.splitter = PieceSplitter(manifest)
+        self.fields = None if fields is None else FieldSplitter(manifest, fields, self.splitter.describe)
         self.prefetch_pieces = max(1, prefetch_pieces)
         start, most = storage.reads_in_flight if read_threads is None else (read_threads, read_threads)
         self.read_threads = max(1, min(most, self.prefetch_pieces))
@@ -169,7 +175,7 @@ class PieceReader:
         storage keeps one (`Storage.first_byte_seconds`: this thread's running total)."""
         waited, start = self.storage.first_byte_seconds(), perf_counter()
         data = fetch()
-        self.clock.add(stage, perf_counter() - start, len(data), int(piece[2]) - int(piece[1]))
+        self.clock.add(stage, perf_counter() - start, nbytes_of(data), int(piece[2]) - int(piece[1]))
         waited = self.storage.first_byte_seconds() - waited
         if waited > 0:
             self.clock.add(FIRST_BYTE, waited)
@@ -207,11 +213,45 @@ class PieceReader:
     def piece_samples(self, piece) -> tuple:
         """(its first sample id, the piece's sample dicts, their payload bytes, its record bytes): read, verify and
         split, in a reading thread."""
+        if self.fields is not None:
+            return self._field_samples(piece)
         data = self.read_piece(piece)
         start = perf_counter()
         samples, payload_bytes = self.splitter.split(piece, data)
         self.clock.add(SPLIT, perf_counter() - start, len(data), len(samples))
         return int(piece[1]), samples, payload_bytes, len(data)
+
+    def _field_samples(self, piece) -> tuple:
+        """`piece_samples` of a field-only read: the asked fields' runs read (`_read_fields`), each field checked
+        against its own checksum (``verify``), the samples made of them (``split``).  Its record bytes are the
+        piece's whole range, what its read-ahead counted as held (a bound known without the field rows)."""
+        runs, data = self._read_fields(piece)
+        nbytes, count = nbytes_of(data), int(piece[2]) - int(piece[1])
+        start = perf_counter()
+        payloads = self.fields.cut(runs, data)
+        cut = perf_counter() - start
+        if self.verifier is not None:
+            start = perf_counter()
+            self.fields.check(runs, payloads, self.storage)
+            self.clock.add(VERIFY, perf_counter() - start, nbytes, count)
+        start = perf_counter()
+        samples, payload_bytes = self.fields.split(piece, runs, payloads)
+        self.clock.add(SPLIT, cut + perf_counter() - start, nbytes, count)
+        return int(piece[1]), samples, payload_bytes, self.byte_range(piece)[2]
+
+    def _read_fields(self, piece) -> tuple:
+        """(the piece's `FieldRuns`, each run's bytes): the field rows (validated; fetched, on a remote pack) and the
+        runs' reads, timed together as ``storage``; the shard's size checked on its first read when verifying."""
+        shard = int(self.manifest.blocks.shard[int(piece[0])])
+        path, found = self.manifest.shards[shard].path, []
+
+        def fetch() -> list:
+            found.append(self.fields.runs(piece))
+            return self.in_flight.run(read_runs, self.storage, path, found[0])
+
+        timed = functools.partial(self._timed_fetch, STORAGE, piece, fetch)
+        data = timed() if self.verifier is None else self.verifier.sized_read(shard, timed)
+        return found[0], data
 
     def piece_rows(self, piece) -> PieceRows:
         """The piece read and verified, its samples as columns (`PieceSplitter.columns`), in a reading thread: into

@@ -35,17 +35,22 @@ class PieceSplitter:
         s = self.samples
         begins, nbytes = s.data_offset[start:stop] - s.offset[start], s.bytes[start:stop]
         ends = (begins + nbytes).tolist()
-        kinds = self.kind_names[s.kind[start:stop]].tolist()
-        exts = self.ext_names[s.ext[start:stop]].tolist()
-        samples = [{"index": index, "key": key, "label": label, "size": size, "kind": kind, "ext": ext,
-                    "data": data[begin:end]}
-                   for index, key, label, size, kind, ext, begin, end in zip(
-                       range(start, stop), self.manifest.keys(start, stop), s.label[start:stop].tolist(),
-                       s.size[start:stop].tolist(), kinds, exts, begins.tolist(), ends)]
+        samples = self.describe(start, stop, (data[begin:end] for begin, end in zip(begins.tolist(), ends)))
         payload_bytes = int(nbytes.sum())
         if self.fmt is not None:
             payload_bytes += self._add_fields(piece, data, samples)
         return samples, payload_bytes
+
+    def describe(self, start: int, stop: int, payloads) -> list:
+        """The dicts {index, key, label, size, kind, ext, data} of samples [start, stop), `data` from `payloads`
+        (an iterable, one a sample, in order)."""
+        s = self.samples
+        kinds = self.kind_names[s.kind[start:stop]].tolist()
+        exts = self.ext_names[s.ext[start:stop]].tolist()
+        return [{"index": index, "key": key, "label": label, "size": size, "kind": kind, "ext": ext, "data": data}
+                for index, key, label, size, kind, ext, data in zip(
+                    range(start, stop), self.manifest.keys(start, stop), s.label[start:stop].tolist(),
+                    s.size[start:stop].tolist(), kinds, exts, payloads)]
 
     def columns(self, piece) -> dict:
         """The samples of `piece` (block, start, stop) as numpy columns, for batches built without a dict per sample
