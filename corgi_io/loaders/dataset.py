@@ -123,13 +123,14 @@ class CorgiPileDataset(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose block order and shuffles the next iteration uses.
 
-        With torch.distributed initialised, all ranks must call it together (as every epoch, with the
-        same `Reading(timing)`): they exchange their time per stage (`stats.end_epoch`: rank 0 logs the
-        straggler) and, with balance="dynamic", their fitted speeds.  DataLoader workers, persistent ones
-        included, take the new epoch and cost model from shared memory when they start the next iteration.
+        With torch.distributed initialised it is a collective, as `DistributedSampler.set_epoch` is called:
+        every rank calls it, every epoch (a rank that does not leaves the others waiting in it).  The ranks
+        exchange their time per stage (`stats.end_epoch`, zeros under `Reading(timing="off")`, so ranks that
+        disagree on timing still meet; rank 0 logs the straggler) and, with balance="dynamic", their fitted
+        speeds.  DataLoader workers, persistent ones included, take the new epoch and cost model from shared
+        memory when they start the next iteration.
         """
-        if self.spec.timing != "off":
-            self.stats.end_epoch(self.epoch, self.rank, self.world_size)
+        self.stats.end_epoch(self.epoch, self.rank, self.world_size)
         self.epoch = int(epoch)
         if self.spec.balance == "dynamic":
             self.cost_model = self._steps.agree(self.world_size)
