@@ -4,10 +4,12 @@ Issue 32 §1: the timing is on by default only if it costs at most 2% of samples
 image bench.  The same loads, each run with ``Reading(timing="off")`` (the baseline) and ``"stages"``, in one
 process, --epochs whole epochs a measurement, warm page cache, the two interleaved (their order alternating, an
 even number of rounds, so that neither gains from going first), median of --rounds rounds;
-each line gives the median samples/s of both and the median of the per-round ratios with their range:
+each line gives the median samples/s of both and the median of the per-round ratios with their range, then the
+same for this process's CPU seconds per sample (its threads' included; the DataLoader line's workers are other
+processes, not counted), which other processes' load disturbs less than wall time:
 
 * ``samples``: bench/load.py's corpus (--n long-tailed JPEGs), bytes only, one sample at a time: the worst case,
-  two clock switches per sample against about 10 µs of work;
+  each sample's hand-over timed (two `perf_counter` calls) against about 5 µs of work;
 * ``list of 64, 2 workers``: the same through DataLoader(batch_size=64, num_workers=2, collate_fn=list), as
   bench/load.py's second line;
 * ``Batches(256)``: raw-bytes batches built from the pieces (per piece and batch, nothing per sample);
@@ -50,26 +52,28 @@ def loads(root: Path, images: Path) -> dict:
     }
 
 
-def epochs_rate(items, per_item, epochs: int) -> float:
-    """Samples/s of `epochs` passes over `items` (a dataset or a loader)."""
-    count, start = 0, time.perf_counter()
+def epochs_rate(items, per_item, epochs: int) -> tuple:
+    """(samples/s, this process's CPU seconds per sample, its threads' included) of `epochs` passes over `items`
+    (a dataset or a loader)."""
+    count, start, cpu = 0, time.perf_counter(), time.process_time()
     for epoch in range(epochs):
         getattr(getattr(items, "dataset", items), "set_epoch")(epoch)
         for item in items:
             count += per_item or len(item["data"] if isinstance(item, dict) else item)
-    return count / (time.perf_counter() - start)
+    return count / (time.perf_counter() - start), (time.process_time() - cpu) / count
 
 
 def measure(make, rounds: int, epochs: int, timings=("off", "stages")) -> tuple:
-    """(median baseline samples/s, median measured samples/s, per-round ratios) of `rounds` interleaved rounds of
-    `make(timing)` for the two `timings` (baseline first)."""
-    rates = {0: [], 1: []}
+    """(median baseline samples/s, median measured samples/s, per-round ratios of samples/s, per-round ratios of
+    CPU per sample) of `rounds` interleaved rounds of `make(timing)` for the two `timings` (baseline first)."""
+    runs = {0: [], 1: []}
     for r in range(rounds + rounds % 2):
         for which in ((0, 1) if r % 2 == 0 else (1, 0)):
-            rates[which].append(epochs_rate(*make(timings[which]), epochs))
-    rates = {"off": rates[0], "stages": rates[1]}
+            runs[which].append(epochs_rate(*make(timings[which]), epochs))
+    rates = {"off": [rate for rate, _ in runs[0]], "stages": [rate for rate, _ in runs[1]]}
+    cpu = [on / off for (_, on), (_, off) in zip(runs[1], runs[0])]
     ratios = [on / off for on, off in zip(rates["stages"], rates["off"])]
-    return statistics.median(rates["off"]), statistics.median(rates["stages"]), ratios
+    return statistics.median(rates["off"]), statistics.median(rates["stages"]), ratios, cpu
 
 
 def main() -> None:
@@ -88,10 +92,11 @@ def main() -> None:
     made = loads(root, images)
     for name, make, timings in [*((name, make, ("off", "stages")) for name, make in made.items()),
                                 ("noise floor", made["samples"], ("off", "off"))]:
-        off, on, ratios = measure(make, args.rounds, args.epochs, timings)
+        off, on, ratios, cpu = measure(make, args.rounds, args.epochs, timings)
         cost = 1 - statistics.median(ratios)
         print(f"stage timing  {name:<22} {on:>9,.0f} samples/s  {statistics.median(ratios):.3f}x timing off "
-              f"({off:,.0f}; rounds {min(ratios):.3f}..{max(ratios):.3f})  cost {cost:+.1%} (goal <= 2%)", flush=True)
+              f"({off:,.0f}; rounds {min(ratios):.3f}..{max(ratios):.3f})  cost {cost:+.1%} (goal <= 2%);  "
+              f"CPU a sample {statistics.median(cpu):.3f}x ({min(cpu):.3f}..{max(cpu):.3f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ class Reading:
     `prefetch_blocks` pieces read ahead of the buffer (None: as many as the buffer holds), `verify` each shard's
     size and every record's checksum before a byte is yielded, and `storage_options` for the storage (fsspec's,
     or HTTP headers and timeouts).  `timing`: what the dataset's `stats` keeps of where the time goes, one of
-    `corgi_io.timing.TIMINGS` ("stages" by default; "trace" adds a timeline; "off").  `fields`: a tuple of field
+    `corgi_io.timing.TIMINGS` ("off" by default: "stages" costs 2-8% of samples/s on raw bytes, docs/benchmarks.md; "trace" adds a timeline).  `fields`: a tuple of field
     names (extensions, ``("txt", "json")``) to read only those fields' bytes, each checked alone, the plan
     unchanged (`corgi_io.reading.field_reads`; packs of manifest version 6 on, checked when the dataset is made);
     None (the default) reads every field."""
@@ -246,7 +246,7 @@ class Reading:
     prefetch_blocks: int | None = None
     verify: bool = True
     storage_options: Mapping = field(default_factory=dict)
-    timing: str = "stages"
+    timing: str = "off"
     fields: tuple | None = None
 
     def __post_init__(self):

@@ -37,7 +37,7 @@ log = logging.getLogger("corgi_io")
 class PipelineStats:
     """A rank's stage board and the clocks of this process (see the module).  `mode`: one of `TIMINGS`."""
 
-    def __init__(self, mode: str = "stages"):
+    def __init__(self, mode: str = "off"):
         choose("timing", mode, TIMINGS)
         self.mode = mode
         slots = 1 + MAX_WORKERS if self.mode != "off" else 1

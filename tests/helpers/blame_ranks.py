@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from corgi_io.loaders import Batches, CorgiPileDataset
+from corgi_io.loaders import Batches, CorgiPileDataset, Reading
 
 
 def sleeping(seconds: float, data):
@@ -30,7 +30,7 @@ def main():
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ds = CorgiPileDataset(pack_root, batching=Batches(4),
+    ds = CorgiPileDataset(pack_root, batching=Batches(4), reading=Reading(timing="stages"),
                           transform=functools.partial(sleeping, 0.02 if rank == slow else 0.002))
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, timeout=60)
     ds.set_epoch(0)

@@ -42,6 +42,7 @@ from helpers.latency_proxy import LatencyProxy
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES, BLOCK, BATCH = 48, 4, 4  # the small pack: 12 blocks, 12 batches
 WORKER_SIDE = np.array([s.side != "trainer" for s in STAGES])
+TIMED = Reading(timing="stages")  # off by default: what it costs is in docs/benchmarks.md
 
 
 def sleeping(seconds: float, data):
@@ -95,7 +96,7 @@ def share(snapshot: dict, stage: str) -> float:
 
 
 def test_slow_decoding_is_blamed_on_decode(large_images):
-    ds = CorgiPileDataset(large_images, decode="rgb")
+    ds = CorgiPileDataset(large_images, decode="rgb", reading=TIMED)
     assert watched(ds) == 8
     snapshot = ds.stats.snapshot()
     assert share(snapshot, "decode") > 0.8, snapshot["path"]
@@ -103,7 +104,8 @@ def test_slow_decoding_is_blamed_on_decode(large_images):
 
 
 def test_a_slow_transform_is_blamed_on_transform(small_pack):
-    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH), transform=functools.partial(sleeping, 0.015))
+    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH), transform=functools.partial(sleeping, 0.015),
+                          reading=TIMED)
     assert watched(ds) == SAMPLES // BATCH
     snapshot = ds.stats.snapshot()
     assert share(snapshot, "transform") > 0.8, snapshot["path"]
@@ -116,7 +118,7 @@ def test_a_slow_transform_is_blamed_on_transform(small_pack):
 def test_a_slow_consumer_keeps_up_and_its_workers_wait_in_handoff(small_pack, batch, step, workers, context):
     """The loop takes `step` s an item, the loader well under 1 ms (up to 5 ms a batch from workers on a loaded
     machine): no data stall; the workers wait on the trainer (samples too)."""
-    ds = CorgiPileDataset(small_pack, batching=batch and Batches(batch))
+    ds = CorgiPileDataset(small_pack, batching=batch and Batches(batch), reading=TIMED)
     options = {"num_workers": workers, "multiprocessing_context": context} if workers else {}
     assert watched(ds, step=step, **options) == SAMPLES // (batch or 1)
     snapshot = ds.stats.snapshot()
@@ -129,7 +131,7 @@ def test_a_slow_consumer_keeps_up_and_its_workers_wait_in_handoff(small_pack, ba
 def rank_epoch(pack_root, rank: int, seconds: float) -> list:
     """Rank `rank` of 3 (no process group) reads its share with a transform of `seconds` per sample; its epoch's
     path as `set_epoch` records it."""
-    ds = CorgiPileDataset(pack_root, ranks=Ranks(rank=rank, world_size=3), batching=Batches(BATCH),
+    ds = CorgiPileDataset(pack_root, ranks=Ranks(rank=rank, world_size=3), batching=Batches(BATCH), reading=TIMED,
                           transform=functools.partial(sleeping, seconds))
     ds.set_epoch(0)
     watched(ds)
@@ -154,7 +156,8 @@ def test_one_slow_rank_among_three_is_named_with_its_stage(small_pack):
 def test_persistent_workers_bring_every_epochs_totals_and_their_start_up(small_pack, context):
     """Two epochs through the same two persistent workers: the second epoch's reads and transforms reach the
     training process too; a pass's start-up (spawning the workers included) is timed as ``startup``."""
-    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH), transform=functools.partial(sleeping, 0.005))
+    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH), transform=functools.partial(sleeping, 0.005),
+                          reading=TIMED)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True, timeout=60,
                                          multiprocessing_context=context)
     for epoch in range(2):
@@ -184,7 +187,7 @@ def test_timing_off_counts_nothing(small_pack):
 
 def test_watch_writes_a_json_line_every_n_steps(small_pack, tmp_path):
     """Steps of 20 ms: a window of 5 outlasts the time a process's totals may wait before the board has them."""
-    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH))
+    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH), reading=TIMED)
     loader = torch.utils.data.DataLoader(ds, batch_size=None)
     for _ in ds.stats.watch(loader, every=5, jsonl=tmp_path / "stats.jsonl"):
         time.sleep(0.02)
@@ -199,7 +202,7 @@ def test_watch_writes_a_json_line_every_n_steps(small_pack, tmp_path):
 def test_watch_writes_tensorboard_scalars(small_pack, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH))
+    ds = CorgiPileDataset(small_pack, batching=Batches(BATCH), reading=TIMED)
     watched_loader = ds.stats.watch(torch.utils.data.DataLoader(ds, batch_size=None), every=4,
                                     tensorboard=tmp_path / "runs")
     for _ in watched_loader:
@@ -228,7 +231,7 @@ def test_a_slow_store_is_blamed_on_storage(served):
     """A fast consumer of a pack 100 ms away: data-bound, in storage, and most of it the wait for a first byte."""
     port, path = served
     with LatencyProxy(port, DELAY) as proxy:
-        ds = CorgiPileDataset(f"{proxy.url}/{path}", batching=Batches(BATCH))
+        ds = CorgiPileDataset(f"{proxy.url}/{path}", batching=Batches(BATCH), reading=TIMED)
         windows = [read_epoch(ds, 0), read_epoch(ds, 1)]
     for window in windows:
         assert slowest_stage(path_of(window))[0] == "storage"
@@ -257,7 +260,8 @@ def test_a_slow_store_blames_no_storage_wait_on_order(served, epoch, workers):
     port, path = served
     with LatencyProxy(port, 0.3) as slow, LatencyProxy(port, 0.0) as direct:
         orders = [read_epoch(CorgiPileDataset(f"{proxy.url}/{path}", batching=Batches(BATCH),
-                                              reading=Reading(threads=8)), epoch, workers)["path"]["order"]
+                                              reading=Reading(threads=8, timing="stages")),
+                             epoch, workers)["path"]["order"]
                   for proxy in (slow, direct)]
     assert orders[0] - orders[1] < 0.15, orders
 

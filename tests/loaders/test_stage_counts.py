@@ -17,7 +17,7 @@ def pack(tmp_path_factory):
 
 
 def test_a_transform_without_a_decoder_is_one_call_a_sample(pack):
-    ds = CorgiPileDataset(pack, transform=lambda data: data)
+    ds = CorgiPileDataset(pack, transform=lambda data: data, reading=Reading(timing="stages"))
     assert sum(1 for _ in ds) == len(ds)
     assert ds.stats.snapshot()["total"]["transform"]["calls"] == len(ds)
 
@@ -25,7 +25,7 @@ def test_a_transform_without_a_decoder_is_one_call_a_sample(pack):
 def test_a_pass_stopped_early_brings_every_read_it_made_to_the_board(pack, monkeypatch):
     """The loop takes one batch and stops (a `break`, or corgi profile's --batches): reads still in flight end and
     are counted before the pass's last flush, not left in a clock that nobody flushes again."""
-    ds = CorgiPileDataset(pack, batching=Batches(4), reading=Reading(threads=8, prefetch_blocks=8),
+    ds = CorgiPileDataset(pack, batching=Batches(4), reading=Reading(threads=8, prefetch_blocks=8, timing="stages"),
                           shuffle=Shuffle(buffer_blocks=1))
     storage, reads, lock = type(ds.storage), [0], threading.Lock()
     for name in ("read_range", "read_range_into"):
