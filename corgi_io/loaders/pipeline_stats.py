@@ -5,7 +5,9 @@ The dataset makes a board in shared memory when it is constructed, before any wo
 process of the rank, slot 0 the training process and slot 1 + w DataLoader worker w, each a row of
 (seconds, bytes, samples, calls) per stage (`corgi_io.timing.stages`).  Each process times its own stages
 with a `StageClock` and adds to its own slot only, so the training process reads every worker's totals,
-persistent workers included, at any moment and without a message (`board`, `snapshot`).
+persistent workers included, at any moment and without a message (`board`, `snapshot`).  A slot belongs to a
+worker number, not a process: two DataLoaders iterating one dataset at the same time mix their workers' totals
+(and may lose an update, two processes adding to one slot): time one loader per dataset.
 
 `watch(loader)` times the training loop around the loader (the data stall, its own steps), writes a JSON line
 every `every` steps and, where the tensorboard package is installed, TensorBoard scalars.  At `set_epoch` the
