@@ -114,12 +114,13 @@ class OnePack:
         return self.storage.url(path), path, offset
 
     def kinds(self) -> tuple:
-        """What a sample of the pack holds, for the batching check of a blend: its fields, or its media kinds."""
+        """What a sample of the pack holds, for the batching check of a blend: its fields (sorted: the order they
+        were asked in, or stored in, is no difference), or its media kinds."""
         m = self.manifest
         if self.fields is not None:
-            return ("fields", *self.fields)
+            return ("fields", *sorted(self.fields))
         if m.max_fields > 1:
-            return ("fields", *m.fields)
+            return ("fields", *sorted(m.fields))
         return tuple(sorted({KIND_OF_FIELD.get(ext, ext) for ext in m.extensions}))
 
 

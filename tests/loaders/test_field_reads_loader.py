@@ -187,3 +187,12 @@ def test_over_http_a_caption_read_asks_for_captions_only_in_one_multi_range_requ
     assert sum(sent for *_, sent in gets) < 0.05 * sum(int(s.bytes) for s in m.shards)
     asked = m.field_ranges(fields=["json", "txt"])
     assert int(asked.length.sum()) <= ds.storage.bytes_read <= sum(sent for *_, sent in gets)  # + multipart framing
+
+
+@pytest.mark.parametrize("fields", [("png", "txt"), ("txt", "png")])
+def test_a_blend_asked_for_the_fields_one_source_holds_whole_batches_in_either_order(packed, other, fields):
+    """Source b holds exactly png and txt (read whole), a holds json too (read by fields): the same fields either
+    way, whatever order they are asked in, so the decoded batches stack."""
+    blend = Blend({"a": packed[0], "b": other[0]}, weights={"a": 0.5, "b": 0.5}, samples_per_epoch=30)
+    ds = CorgiPileDataset(blend, seed=3, reading=Reading(fields=fields), decode={"txt": "text"}, batching=Batches(5))
+    assert sum(len(batch["index"]) for batch in ds) == 30
