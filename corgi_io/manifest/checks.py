@@ -97,7 +97,17 @@ def parse_head(raw: bytes, where: str) -> dict:
               "shards": _parse_shards(head["shards"], where)}
     parsed.update(_parse_v1_fields(head, where) if version == 1 else _parse_v2_fields(head, where))
     parsed.update(_parse_fields(head, where) if version >= 3 else {"fields": parsed["extensions"], "max_fields": 1})
+    if version >= FIELD_RANGES_SINCE:
+        _check_field_count(parsed["counts"], parsed["max_fields"], where)
     return parsed
+
+
+def _check_field_count(counts: dict, max_fields: int, where: str) -> None:
+    """counts.fields, the field rows a reader maps or allocates, is at most counts.samples x max_fields: checked
+    before any allocation, so a forged count is one line, not an out-of-memory error."""
+    if counts["fields"] > counts["samples"] * max_fields:
+        _fail(where, f"counts.fields {counts['fields']} is more than counts.samples {counts['samples']} "
+                     f"x max_fields {max_fields}")
 
 
 def _parse_skip_list(records, where: str) -> list:

@@ -160,6 +160,28 @@ def test_a_remote_pack_serves_its_field_ranges_from_its_row_groups(packs, http_r
     assert [a.tolist() for a in remote.label_members()] == [a.tolist() for a in local.label_members()]
 
 
+@pytest.mark.slow
+def test_a_remote_head_with_a_forged_field_count_is_refused_in_one_line_before_any_allocation(packs, http_root,
+                                                                                             monkeypatch):
+    """counts.fields sizes the field rows a remote reader allocates: 1 << 40 of them is one ManifestError naming
+    manifest.json and the numbers, not an out-of-memory error from the allocation."""
+    from corgi_io.manifest import row_groups
+
+    directory, base_url = http_root
+    root = Path(directory) / "forged-field-count"
+    shutil.copytree(packs["wds"][0], root)
+    head = json.loads((root / "manifest.json").read_text())
+    head["counts"]["fields"] = 1 << 40
+    (root / "manifest.json").write_text(json.dumps(head))
+    allocated = []
+    monkeypatch.setattr(row_groups, "anonymous_array", lambda dtype, rows: allocated.append(rows))
+    with pytest.raises(ManifestError, match=rf"forged-field-count/manifest.json: counts.fields {1 << 40} is more "
+                                            rf"than counts.samples {head['counts']['samples']} x max_fields "
+                                            rf"{head['max_fields']}$") as refused:
+        open_manifest(base_url + "forged-field-count")
+    assert "\n" not in str(refused.value) and allocated == []
+
+
 # --- an untrusted manifest's field rows ------------------------------------------------------------------------
 
 def edited(packs, tmp_path, fmt, change) -> Path:
