@@ -180,13 +180,7 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
     A tar's members are grouped by key as webdataset groups them; a TFRecord's features and a
     table's columns become fields by --features and --columns.
     """
-    if features and columns:
-        raise click.UsageError("--features maps a TFRecord SOURCE, --columns a table: give one")
-    if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
-        raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
-                               "(use --dask local:N for N local worker processes)")
-    if indexes and fmt != "wds":
-        raise click.UsageError("--index is for --format wds: the readers' indexes are of tar shards")
+    _check_usage(ctx, fmt, features, columns, dask_address, indexes)
     label_index = None
     if labels_file:
         label_index = tuple(line.strip() for line in labels_file.read_text(encoding="utf-8").splitlines() if line.strip())
@@ -208,6 +202,17 @@ def pack_command(ctx, source, output, fmt, from_, features, columns, label_field
                f"and {counted(len(manifest.shards), 'shard')} in {output} ({manifest.skips['count']} skipped)")
     if indexes:
         write_and_report("pack", manifest, indexes, storage_options, output)
+
+
+def _check_usage(ctx, fmt, features, columns, dask_address, indexes) -> None:
+    """Refuse options that contradict each other (click.UsageError, exit 2) before anything is read or started."""
+    if features and columns:
+        raise click.UsageError("--features maps a TFRecord SOURCE, --columns a table: give one")
+    if dask_address is not None and ctx.get_parameter_source("workers") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--workers sizes the local pool; with --dask the cluster's workers write the shards "
+                               "(use --dask local:N for N local worker processes)")
+    if indexes and fmt != "wds":
+        raise click.UsageError("--index is for --format wds: the readers' indexes are of tar shards")
 
 
 def _dask_client(address):

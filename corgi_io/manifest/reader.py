@@ -173,8 +173,7 @@ class Manifest:
     def field_ranges(self, start: int = 0, stop: int | None = None, fields=None) -> FieldRanges:
         """Where each field of samples [start, stop) lies, only `fields` (names) when given: numpy arrays of sample,
         field (an index into `self.fields`, not into the `fields` asked for), framing start, payload offset and
-        length, and the payload's CRC32C
-        (field_ranges.py).  ManifestError for a pack before version 6, ArgumentError for a name it lacks."""
+        length, and the payload's CRC32C (field_ranges.py).  ManifestError for a pack before version 6, ArgumentError for a name it lacks."""
         return field_ranges(self, start, stop, fields)
 
     def label_members(self, start: int = 0, stop: int | None = None) -> LabelMembers:
