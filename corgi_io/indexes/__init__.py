@@ -2,7 +2,9 @@
 indexing tool would write, so that it reads a corgi pack without a pass over the shards of its own.
 
 One module per reader, chosen from the registry INDEX_MODULES (a new reader is one entry), each offering
-``write(manifest, storage, folder) -> [paths written, relative to the pack's root]``:
+``write(manifest, storage, folder) -> [paths written, relative to the pack's root]``, and optionally ``COMMIT``, the
+file that says its index is complete (a reader takes it as such), which `write_indexes` removes from the pack before
+anything is written and `write` writes last, so that a crash part-way never pairs an old one with new files:
 
 * ``wids`` - wids' ``shardindex.json`` (``widsindex create``), from the manifest alone;
 * ``dali`` - DALI's ``.idx`` per shard (``wds2idx``), from every tar member's place (`members`);
@@ -12,7 +14,9 @@ One module per reader, chosen from the registry INDEX_MODULES (a new reader is o
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 
 from corgi_io.arguments import choose
 from corgi_io.errors import ArgumentError
@@ -54,11 +58,20 @@ def write_indexes(pack, indexes, storage_options: dict | None = None) -> dict:
     with open_storage(manifest.root, **read_options(storage_options)) as storage:
         folder = storage.local_path("")
         if folder is not None:
+            for relpath in _commits(names):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{folder.rstrip('/')}/{relpath}")
             return _write(manifest, storage, folder.rstrip("/"), names)
         if not is_object_store(manifest.root):
             raise ArgumentError(f"{manifest.root}: index files are written beside a pack in a local folder or in "
                                 f"S3 (s3://); index a local copy of this one")
         return _write_and_upload(manifest, storage, names, storage_options)
+
+
+def _commits(names: tuple) -> list:
+    """The COMMIT files of the index modules of `names`, relative to the pack's root."""
+    modules = (importlib.import_module(INDEX_MODULES[name]) for name in names)
+    return [module.COMMIT for module in modules if hasattr(module, "COMMIT")]
 
 
 def _write(manifest, storage, folder: str, names: tuple) -> dict:
@@ -73,6 +86,7 @@ def _write_and_upload(manifest, storage, names: tuple, storage_options: dict | N
     from corgi_io.storage.upload import ObjectWriter
 
     writer = ObjectWriter(manifest.root, storage_options)
+    writer.delete(_commits(names))
     with tempfile.TemporaryDirectory(prefix="corgi-index-") as staging:
         written = _write(manifest, storage, staging, names)
         for relpath in (relpath for paths in written.values() for relpath in paths):

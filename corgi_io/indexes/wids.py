@@ -23,10 +23,10 @@ import warnings
 
 import numpy as np
 
+from corgi_io.manifest import WIDS_INDEX_NAME as FILE_NAME  # widsindex's default output name
 from corgi_io.manifest.schema import ROWS_AT_ONCE
 from corgi_io.storage.atomic import atomic_output
 
-FILE_NAME = "shardindex.json"  # widsindex's default output name
 KIND = "wids-shard-index-v1"
 USTAR_NAME_BYTES = 100  # the longest member name a plain ustar header holds
 

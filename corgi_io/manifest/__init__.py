@@ -22,10 +22,10 @@ from corgi_io.errors import ManifestError
 from corgi_io.manifest.checks import FORMATS
 from corgi_io.manifest.fields import KINDS
 from corgi_io.manifest.reader import Manifest, open_manifest
-from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, DEFAULT_MAX_PIXELS, DUPLICATE_REASON, HEAD_NAME, MANIFEST_VERSION, PACK_METADATA,
-                                      SAMPLE_COLUMNS, column_path, column_schema)
+from corgi_io.manifest.schema import (BLOCK_COLUMNS, COLUMNS_DIR, DEFAULT_MAX_PIXELS, DUPLICATE_REASON, ENERGON_META, HEAD_NAME, INDEX_FILES,
+                                      MANIFEST_VERSION, PACK_METADATA, SAMPLE_COLUMNS, WIDS_INDEX_NAME, column_path, column_schema)
 from corgi_io.manifest.writer import save_column, save_head, save_manifest
 
-__all__ = ["BLOCK_COLUMNS", "COLUMNS_DIR", "DEFAULT_MAX_PIXELS", "DUPLICATE_REASON", "FORMATS", "HEAD_NAME", "KINDS", "MANIFEST_VERSION", "Manifest",
-           "ManifestError", "PACK_METADATA", "SAMPLE_COLUMNS", "column_path", "column_schema", "open_manifest",
+__all__ = ["BLOCK_COLUMNS", "COLUMNS_DIR", "DEFAULT_MAX_PIXELS", "DUPLICATE_REASON", "ENERGON_META", "FORMATS", "HEAD_NAME", "INDEX_FILES", "KINDS", "MANIFEST_VERSION", "Manifest",
+           "ManifestError", "PACK_METADATA", "SAMPLE_COLUMNS", "WIDS_INDEX_NAME", "column_path", "column_schema", "open_manifest",
            "save_column", "save_head", "save_manifest"]

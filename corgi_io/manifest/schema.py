@@ -13,6 +13,9 @@ HEAD_NAME = "manifest.json"
 COLUMNS_DIR = "columns"
 V1_COLUMNS_NAME = "manifest.npz"
 PACK_METADATA = (HEAD_NAME, COLUMNS_DIR, V1_COLUMNS_NAME)  # everything in OUTPUT that is not a shard
+ENERGON_META, WIDS_INDEX_NAME = ".nv-meta", "shardindex.json"
+INDEX_FILES = (ENERGON_META, WIDS_INDEX_NAME)  # other readers' index files beside the shards (corgi_io/indexes),
+                                               # removed with the pack they describe; their per-shard files are shard-*
 SKIPS_PATH = f"{COLUMNS_DIR}/skipped.jsonl"  # the skip records, a JSON object a line (version 4 on)
 SKIPS_SINCE = 4           # the first version whose head summarises the skip records instead of listing them
 ROWS_PATH = f"{COLUMNS_DIR}/rows.bin"      # each block's per-sample rows side by side (version 5 on: row_groups.py)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from corgi_io.errors import PackError
 from corgi_io.storage.locks import LOCK_NAME
-from corgi_io.manifest import HEAD_NAME, PACK_METADATA
+from corgi_io.manifest import HEAD_NAME, INDEX_FILES, PACK_METADATA
 from corgi_io.storage.atomic import temp_name, write_atomic
 
 PARTIAL_DIR = ".corgi-partial"
@@ -33,8 +33,9 @@ SHARD_PATTERN = "shard-*"  # shards and their sidecars
 
 
 def pack_files(output: Path) -> list:
-    """The files (or folders) of the pack in OUTPUT that exist: the manifest's, then the shards and sidecars."""
-    manifest = [output / name for name in PACK_METADATA if (output / name).exists()]
+    """The files (or folders) of the pack in OUTPUT that exist: the manifest's, other readers' index files (which
+    describe this pack: Energon takes a folder with `.nv-meta/` for prepared), then the shards and sidecars."""
+    manifest = [output / name for name in (*PACK_METADATA, *INDEX_FILES) if (output / name).exists()]
     return manifest + sorted(output.glob(SHARD_PATTERN))
 
 

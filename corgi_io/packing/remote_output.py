@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from corgi_io.errors import PackError
-from corgi_io.manifest import HEAD_NAME, PACK_METADATA
+from corgi_io.manifest import HEAD_NAME, INDEX_FILES, PACK_METADATA
 from corgi_io.packing.output import PARTIAL_DIR, PLAN_NAME, SHARD_PATTERN
 from corgi_io.packing.records import UnitDone
 from corgi_io.packing.unit_task import WriteTask, write_unit
@@ -89,7 +89,8 @@ class RemoteOutput:
         if overwrite or HEAD_NAME in self.listing:  # a partial folder beside a head is a killed clean-up's
             self.writer.delete(partial)
         if overwrite:
-            self.writer.delete(sorted(path for path in self.listing if _ours(path) and path not in partial))
+            self.writer.delete(sorted(path for path in self.listing if (_ours(path) or _index_file(path))
+                                      and path not in partial))
             self.listing = {}
         elif HEAD_NAME in self.listing:
             self.writer.get(HEAD_NAME, self.staging / HEAD_NAME)
@@ -152,6 +153,12 @@ def _ours(path: str) -> bool:
     """Whether an object belongs to a pack: the partial folder, a shard or sidecar, the manifest's files."""
     top = path.split("/", 1)[0]
     return top == PARTIAL_DIR or Path(top).match(SHARD_PATTERN) or top in PACK_METADATA
+
+
+def _index_file(path: str) -> bool:
+    """Whether an object is another reader's index file beside the shards (`.nv-meta/`, `shardindex.json`), which
+    describes the pack there and goes with it on --overwrite (a store holding only these is still foreign)."""
+    return path.split("/", 1)[0] in INDEX_FILES
 
 
 def _files(path: Path) -> list:
