@@ -8,9 +8,10 @@
   ``sample_parts(tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size)``, a row per tar
   member (``cls`` included) with its payload's range, with Energon's indexes; keys must be unique (Energon's rule);
 * ``.nv-meta/index.uuid``: a fresh UUID (Energon's joins tell preparations apart by it);
-* ``.nv-meta/split.yaml``: every shard in split part ``train``; ``.nv-meta/.info.json`` (written last: Energon takes
-  a folder with it for prepared): the shard counts, in the manifest's order (a shard's place is its ``tar_file_id``);
-* ``.nv-meta/dataset.yaml``, only where there is none: ``CrudeWebdataset`` (samples as dicts of their fields); the
+* ``.nv-meta/split.yaml``: every shard in split part ``train``; ``.nv-meta/.info.json`` (COMMIT: Energon takes a
+  folder with it for prepared, so `write_indexes` removes the pack's before anything is written and it is written
+  last): the shard counts, in the manifest's order (a shard's place is its ``tar_file_id``);
+* ``.nv-meta/dataset.yaml``, only where the pack has none: ``CrudeWebdataset`` (samples as dicts of their fields); the
   sample type and field map are the user's to choose (``energon prepare --sample-type ... --field-map ...``).
 
 The members come from `members.shard_samples`: the manifest's per-field ranges, or the tar headers of older packs.
@@ -26,9 +27,10 @@ import uuid
 
 from corgi_io.errors import ArgumentError
 from corgi_io.indexes.members import shard_blocks, shard_samples
+from corgi_io.manifest import ENERGON_META as META
 from corgi_io.storage.atomic import atomic_output, temp_name
 
-META = ".nv-meta"
+COMMIT = f"{META}/.info.json"  # says the rest is complete: removed first, written last (write_indexes)
 TABLES = ("CREATE TABLE samples (tar_file_id INTEGER NOT NULL, sample_key TEXT NOT NULL UNIQUE, "
           "sample_index INTEGER NOT NULL, byte_offset INTEGER, byte_size INTEGER)",
           "CREATE TABLE sample_parts (tar_file_id INTEGER, sample_index INTEGER, part_name TEXT, "
@@ -47,8 +49,9 @@ def tar_index_path(shard_path: str) -> str:
 
 
 def write(manifest, storage, folder: str) -> list:
-    """Write Energon's files under `folder` (the pack's root, or where it is staged), each atomically, `.info.json`
-    last; the paths written, relative.  ArgumentError naming a key that two samples share."""
+    """Write Energon's files under `folder` (the pack's root, or where it is staged), each atomically, COMMIT last;
+    the paths written, relative.  A `dataset.yaml` already in the pack (asked of its `storage`) is the user's and
+    kept.  ArgumentError naming a key that two samples share."""
     os.makedirs(f"{folder}/{META}", exist_ok=True)
     written = [_write_tar_index(manifest, folder, shard) for shard in range(len(manifest.shards))]
     written.append(_write_sqlite(manifest, storage, folder))
@@ -56,9 +59,9 @@ def write(manifest, storage, folder: str) -> list:
     files = {f"{META}/index.uuid": str(uuid.uuid4()),
              f"{META}/split.yaml": "split_parts:\n  train:\n" + "".join(f"  - {json.dumps(name)}\n" for name in names)
              + "exclude: []\n"}  # block style: Energon parses YAML with rapidyaml, not every form
-    if not os.path.exists(f"{folder}/{META}/dataset.yaml"):
+    if not storage.exists(f"{META}/dataset.yaml"):
         files[f"{META}/dataset.yaml"] = CRUDE
-    files[f"{META}/.info.json"] = json.dumps({"energon_version": "corgi-io", "shard_counts": dict(zip(
+    files[COMMIT] = json.dumps({"energon_version": "corgi-io", "shard_counts": dict(zip(
         names, (int(count) for count in manifest.shards.samples)))}, indent=2) + "\n"
     for relpath, text in files.items():
         with atomic_output(f"{folder}/{relpath}", "w") as out:

@@ -58,3 +58,23 @@ def test_a_pack_behind_http_is_one_line(http_root, tmp_path, corgi):
     result = corgi("index", f"{base_url}/index-http", "--for", "wids")
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert "index files are written beside a pack in a local folder or in S3" in result.stderr
+
+
+def test_a_users_dataset_yaml_in_s3_is_kept_and_an_overwrite_removes_the_old_index_files(server, tmp_path, corgi):
+    source = tmp_path / "src"
+    captioned_source(source)
+    client, options = server.client(), ("--storage-option", f"endpoint_url={server.url}")
+    client.create_bucket(Bucket="energon")
+    packed = corgi("pack", source, "s3://energon/pack", *FLAGS, *options)
+    assert packed.exit_code == 0, packed.stderr
+    mine = b"__module__: megatron.energon\n__class__: CaptioningWebdataset\nfield_map: {image: jpg, caption: txt}\n"
+    client.put_object(Bucket="energon", Key="pack/.nv-meta/dataset.yaml", Body=mine)
+    indexed = corgi("index", "s3://energon/pack", "--for", "energon,wids", *options)
+    assert indexed.exit_code == 0, indexed.stderr
+    assert client.get_object(Bucket="energon", Key="pack/.nv-meta/dataset.yaml")["Body"].read() == mine
+    assert client.get_object(Bucket="energon", Key="pack/.nv-meta/.info.json")["ContentLength"] > 0
+    again = corgi("pack", source, "s3://energon/pack", *FLAGS, *options, "--overwrite")
+    assert again.exit_code == 0, again.stderr
+    keys = [entry["Key"] for entry in client.list_objects_v2(Bucket="energon").get("Contents", [])]
+    assert [key for key in keys if key.startswith(("pack/.nv-meta/", "pack/shardindex.json"))] == []
+    assert [key for key in keys if key.endswith(".idx")] == []
