@@ -24,16 +24,14 @@ import numpy as np
 
 from corgi_io.formats import FORMATS
 from corgi_io.manifest.checksum import CHECKSUMS
+from corgi_io.manifest.field_checks import check_field_count, check_field_rows
 from corgi_io.manifest.fields import KINDS
+from corgi_io.manifest.limits import MAX_FIELDS, MAX_ROWS, MAX_VALUE
 from corgi_io.errors import ManifestError
 from corgi_io.manifest.names import shard_path_problem
 from corgi_io.manifest.schema import FIELD_RANGES_SINCE, MAX_SKIP_REASONS, ROWS_SINCE, SKIPS_SINCE
 
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
-MAX_FIELDS = 64  # bits of the sample_fields column
-MAX_HEAD_BYTES = 1 << 30
-MAX_ROWS = 1 << 40        # samples, blocks or key bytes: far above any real pack, far below an overflow
-MAX_VALUE = 1 << 62       # offsets, lengths and sizes: sums of two never overflow int64
 SHORT = reprlib.Repr()  # bounded repr for messages: a 900-deep list or a 10**400 stays one short line
 SHORT.maxlevel, SHORT.maxstring, SHORT.maxother, SHORT.maxlong = 3, 60, 40, 40
 
@@ -98,16 +96,8 @@ def parse_head(raw: bytes, where: str) -> dict:
     parsed.update(_parse_v1_fields(head, where) if version == 1 else _parse_v2_fields(head, where))
     parsed.update(_parse_fields(head, where) if version >= 3 else {"fields": parsed["extensions"], "max_fields": 1})
     if version >= FIELD_RANGES_SINCE:
-        _check_field_count(parsed["counts"], parsed["max_fields"], where)
+        check_field_count(parsed["counts"], parsed["max_fields"], partial(_fail, where))
     return parsed
-
-
-def _check_field_count(counts: dict, max_fields: int, where: str) -> None:
-    """counts.fields, the field rows a reader maps or allocates, is at most counts.samples x max_fields: checked
-    before any allocation, so a forged count is one line, not an out-of-memory error."""
-    if counts["fields"] > counts["samples"] * max_fields:
-        _fail(where, f"counts.fields {counts['fields']} is more than counts.samples {counts['samples']} "
-                     f"x max_fields {max_fields}")
 
 
 def _parse_skip_list(records, where: str) -> list:
@@ -268,7 +258,7 @@ def check_block_rows(m, lo: int, hi: int, where: str) -> None:
         fail(f"sample {start + int(stray[0])}: its shard id disagrees with the shard sample ranges")
     _check_records(m, rows, lo, hi, start, fail)
     if m.field_start is not None:
-        _check_field_rows(m, rows, start, fail)
+        check_field_rows(m, rows, start, fail, partial(_key, m))
     first = b.first[lo:hi] - start
     sizes = rows["size"]
     if (np.any(np.add.reduceat(sizes, first, dtype=np.float64) > MAX_VALUE)
@@ -346,44 +336,6 @@ def _check_records(m, rows: dict, lo: int, hi: int, start: int, fail) -> None:
     inner[first] = False  # inside a block each record starts where the previous one ended
     if np.any(offset[1:][inner[1:]] != end[:-1][inner[1:]]):
         fail("samples inside a block are not contiguous")
-
-
-def _check_field_rows(m, rows: dict, start: int, fail) -> None:
-    """Each sample's field rows (version 6): a row per bit of its mask, naming exactly those fields, each inside its
-    record after the one before, its primary field's row at its payload."""
-    stop, total = start + len(rows["offset"]), len(m.field_rows)
-    starts = np.asarray(m.field_start[start:stop + 1])
-    if (starts[0] < 0 or starts[-1] > total or np.any(np.diff(starts) != np.bitwise_count(rows["fields"]))
-            or (start == 0 and starts[0] != 0) or (stop == m.num_samples and starts[-1] != total)):
-        fail("field starts disagree with the samples' field masks (a row per field)")
-    f = {name: np.asarray(column[int(starts[0]):int(starts[-1])]) for name, column in m.field_rows.arrays.items()}
-    owner = np.repeat(np.arange(len(rows["offset"])), np.diff(starts))  # each row's sample, from 0 here
-    if f["id"].max() >= len(m.fields):
-        fail(f"field id {int(f['id'].max())} outside the head's {len(m.fields)} fields")
-    named = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), f["id"].astype(np.uint64)), starts[:-1] - starts[0])
-    bad = np.flatnonzero(named != rows["fields"])
-    if len(bad):
-        fail(f"sample {start + int(bad[0])} ({_key(m, start + int(bad[0]))}): its field rows name other fields than "
-             "its field mask")
-    _check_field_places(m, rows, f, owner, start, fail)
-
-
-def _check_field_places(m, rows: dict, f: dict, owner: np.ndarray, start: int, fail) -> None:
-    """Field rows inside their record, each after the one before, framing included; the primary one (sample_ext's
-    field) at the sample's payload."""
-    offset, length = f["offset"], f["length"]
-    header, end = offset - f["framing"].astype(np.int64), offset + length
-    record = rows["offset"][owner]
-    bad = ((offset < 0) | (offset > MAX_VALUE) | (length < 0) | (length > MAX_VALUE) | (header < record)
-           | (end > record + rows["length"][owner]))
-    bad[1:] |= (owner[1:] == owner[:-1]) & (header[1:] < end[:-1])
-    position = {name: i for i, name in enumerate(m.fields)}
-    primary = np.array([position.get(name, MAX_FIELDS) for name in m.extensions])[rows["ext"]][owner] == f["id"]
-    bad |= primary & ((offset != rows["data_offset"][owner]) | (length != rows["bytes"][owner]))
-    if np.any(bad):
-        i = int(owner[np.flatnonzero(bad)[0]])
-        fail(f"sample {start + i} ({_key(m, start + i)}): a field's byte range lies outside its record, overlaps "
-             "another, or disagrees with its payload")
 
 
 def validate(m, where: str) -> None:

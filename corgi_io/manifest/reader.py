@@ -46,7 +46,8 @@ from corgi_io.manifest.schema import (BLOCK_COLUMNS, BLOCKS_PATH, COLUMNS_DIR, F
                                       V1_COLUMNS_NAME, column_path, column_schema, declared_rows, sample_columns)
 from corgi_io.manifest.skips import head_summary, read_skip_records
 from corgi_io.manifest.tables import Columns, ShardTable
-from corgi_io.manifest.checks import MAX_HEAD_BYTES, check_block_rows, check_tables, parse_head
+from corgi_io.manifest.checks import check_block_rows, check_tables, parse_head
+from corgi_io.manifest.limits import MAX_HEAD_BYTES
 from corgi_io.manifest.fields import KINDS
 
 
