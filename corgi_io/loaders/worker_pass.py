@@ -33,23 +33,16 @@ from corgi_io.storage.base import waited_seconds
 from corgi_io.timing.clock import HANDOFF, NullClock
 
 
-SAMPLED_EVERY = 7  # in the training process, one sample's hand-over in this many is timed (`_handed_over`; not
-# under timing="trace", whose timeline shows each)
-
-
 def worker_items(ds):
     """This worker's items of `ds`'s current epoch (a `CorgiPileDataset` whose `__iter__` took the epoch), timed on
     this process's clock."""
     clock = ds.stats.worker_clock()
     items = _items(ds, clock)
-    if isinstance(clock, NullClock):
-        return items
-    samples = ds.spec.rows is None and ds.spec.batch_size is None and ds.spec.batch_budget is None
-    sampled = samples and torch.utils.data.get_worker_info() is None and clock.trace is None  # a trace: every one
-    return _handed_over(items, clock, SAMPLED_EVERY if sampled else 1)
+    return items if isinstance(clock, NullClock) else _handed_over(items, clock)
 
 
 def _items(ds, clock):
+    """The pass's items in the form its batching asks for (see the module)."""
     spec = ds.spec
     if spec.rows is not None:
         return _rows(ds, clock)
@@ -64,29 +57,20 @@ def _items(ds, clock):
     return _samples(ds, clock)
 
 
-def _handed_over(items, clock, every: int = 1):
+def _handed_over(items, clock):
     """`items`, the time from yielding each to being asked for the next counted as ``handoff`` (`StageClock.
     handed_over`: two `perf_counter` calls an item, no switch); everything reaches the board when the pass ends
-    (or is closed, as a loop that stops early closes it).
-
-    With `every` > 1 (single samples in the training process, where two calls an item cost 6% of a raw sample's
-    5 µs: bench/stage_timing.py), one item in `every` is timed and stands for `every`: unbiased for a loop whose
-    pace repeats with a period that `every` (a prime) does not divide, as a batch of 64's does."""
+    (or is closed, as a loop that stops early closes it).  This generator frame is most of what timing costs a raw
+    sample in one process (0.3 of 0.75 µs, docs/benchmarks.md "Stage timing cost")."""
     clock.restart()
-    trace = getattr(clock, "trace", None)  # timing="trace": each timed hand-over is an interval of the timeline too
-    countdown = 0
+    trace = getattr(clock, "trace", None)  # timing="trace": each hand-over is an interval of the timeline too
     try:
         for item in items:
-            if countdown:
-                countdown -= 1
-                yield item
-                continue
-            countdown = every - 1
             before = perf_counter()
             yield item
             after = perf_counter()
-            clock.handed_over += (after - before) * every
-            clock.items += every
+            clock.handed_over += after - before
+            clock.items += 1
             if trace is not None:
                 trace.add(HANDOFF, before, after)
     finally:
