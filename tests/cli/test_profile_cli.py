@@ -63,8 +63,10 @@ def test_the_json_path_adds_up_to_the_loop_and_to_the_worker(corgi, images):
 
 def test_a_slow_step_keeps_up_and_no_step_is_data_bound(corgi, images):
     assert profile_json(corgi, images, "--batches", "8", "--step-ms", "30")["stall_share"] < 0.05
-    fast = profile_json(corgi, images, "--batches", "8", "--decode", "rgb", "--buffer-blocks", "1")
-    assert fast["stall_share"] > 0.5 and fast["verdict"].startswith("data-bound by ")
+    # no step: the loop waits on every sample's read and decode (~0.3 ms) and itself takes ~0.1 ms; over a whole
+    # epoch, so that one scheduling hiccup in the loop's microseconds cannot turn it (0.46 to 0.79 seen)
+    fast = profile_json(corgi, images, "--batches", "24", "--decode", "rgb", "--buffer-blocks", "1")
+    assert fast["stall_share"] > 0.2 and fast["verdict"].startswith("data-bound by ")
 
 
 def test_a_run_longer_than_the_epoch_stops_at_its_last_batch(corgi, images):
