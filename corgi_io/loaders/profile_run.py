@@ -11,6 +11,7 @@ down, and each adds its last totals to the board before the board is read.
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import replace
 from time import perf_counter
@@ -57,6 +58,7 @@ def profile_loader(source, *, workers: int = 0, batches: int = 50, step_ms: floa
     ds.set_epoch(epoch)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers, persistent_workers=False)
     since = ds.stats.board()
+    gc.collect()  # the caller's garbage is not the loader's: a full collection in the run would be a 0.1 s "stall"
     start = perf_counter()
     items, samples, wall = _loop(ds.stats.watch(loader), min(batches, len(ds)), step_ms / 1000, start)
     return {"pack": str(source), "workers": workers, "step_ms": float(step_ms), "epoch": epoch,
