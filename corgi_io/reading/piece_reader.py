@@ -41,6 +41,7 @@ from corgi_io.reading.reorder import buffer_order
 from corgi_io.reading.read_ahead import Marker, read_ahead
 from corgi_io.reading.raw_batches import PieceRows, ordered_batches
 from corgi_io.reading.split import PieceSplitter
+from corgi_io.storage.base import first_byte_seconds
 from corgi_io.timing.clock import NULL_CLOCK
 from corgi_io.timing.stages import stage_index
 
@@ -172,11 +173,11 @@ class PieceReader:
 
     def _timed_fetch(self, stage: int, piece, fetch) -> bytes:
         """`fetch()`, timed as `stage` (``storage`` or ``cache_miss``), and its wait for a first byte where the
-        storage keeps one (`Storage.first_byte_seconds`: this thread's running total)."""
-        waited, start = self.storage.first_byte_seconds(), perf_counter()
+        storage tells it (`storage.base.first_byte_seconds`: this thread's running total)."""
+        waited, start = first_byte_seconds(), perf_counter()
         data = fetch()
         self.clock.add(stage, perf_counter() - start, nbytes_of(data), int(piece[2]) - int(piece[1]))
-        waited = self.storage.first_byte_seconds() - waited
+        waited = first_byte_seconds() - waited
         if waited > 0:
             self.clock.add(FIRST_BYTE, waited)
         return data

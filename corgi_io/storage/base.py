@@ -18,7 +18,7 @@ import time
 from corgi_io.errors import ArgumentError
 
 RANGES_AT_ONCE = 8  # ranged reads `read_ranges` keeps in flight where one request cannot carry several ranges
-_WAITED = threading.local()  # per thread: seconds inside storage requests (`waited_seconds`), and the nesting depth
+_WAITED = threading.local()  # per thread: seconds inside storage requests, of them before first bytes, nesting depth
 
 
 def waited_seconds() -> float:
@@ -26,6 +26,18 @@ def waited_seconds() -> float:
     request, its back-off included, and the wait for `read_ranges`' threads).  The loader times what a thread
     waited on storage outside its reads (a remote manifest's rows, fetched while planning) as the difference."""
     return getattr(_WAITED, "seconds", 0.0)
+
+
+def first_byte_seconds() -> float:
+    """This thread's seconds spent so far waiting for first bytes, where a backend tells them apart from the
+    transfer (HTTP: until an answer's headers came, `waited_for_first_byte`); a reader times one read's wait as
+    the difference around it (`PieceReader`, stage ``first_byte``)."""
+    return getattr(_WAITED, "first_byte", 0.0)
+
+
+def waited_for_first_byte(seconds: float) -> None:
+    """A backend's request on this thread waited `seconds` for its answer's first byte."""
+    _WAITED.first_byte = first_byte_seconds() + seconds
 
 
 @contextlib.contextmanager
@@ -58,12 +70,6 @@ class Storage(abc.ABC):
     def url(self, relpath: str) -> str:
         """Full path or URL of `relpath` under the root, as named in errors."""
         return f"{self.root.rstrip('/')}/{relpath.lstrip('/')}"
-
-    def first_byte_seconds(self) -> float:
-        """This thread's seconds spent so far waiting for first bytes, where the backend can tell them apart from
-        the transfer (HTTP: until an answer's headers came); 0.0 where it cannot.  A reader times one read's wait
-        as the difference around it (`PieceReader`, stage ``first_byte``)."""
-        return 0.0
 
     def _start_read(self, offset: int, length: int) -> bool:
         """Validate a range and count it; False for an empty read, which touches nothing."""

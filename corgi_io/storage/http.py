@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import re
-import threading
 import time
 
 import urllib3
@@ -25,6 +24,7 @@ from urllib3.exceptions import HTTPError, LocationValueError, MaxRetryError, Res
 
 from corgi_io.arguments import check_number
 from corgi_io.errors import StorageError
+from corgi_io.storage.base import waited_for_first_byte
 from corgi_io.storage.byteranges import MAX_RANGES, body_bound, covers, cut_ranges, parse_parts, range_header
 from corgi_io.storage.deadlines import WATCHDOG
 from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, parse_retry_after, status_kind
@@ -32,8 +32,6 @@ from corgi_io.storage.retry import FATAL, MISSING, TRANSIENT, RetryingStorage, p
 MAX_REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)$")
 _TOTAL = re.compile(r"^bytes (?:\d+-\d+|\*)/(\d+)$")  # the file's size at the end of a Content-Range
-
-_FIRST_BYTE = threading.local()  # per thread: seconds waited for answers' headers (`first_byte_seconds`)
 
 
 class HttpStatusError(Exception):
@@ -116,7 +114,7 @@ class HttpStorage(RetryingStorage):
         asked = time.perf_counter()
         resp = self._pool().request(method, url, headers={**self.headers, **(headers or {})},
                                     preload_content=False, decode_content=False, timeout=timeout)
-        _FIRST_BYTE.seconds = self.first_byte_seconds() + time.perf_counter() - asked  # the body is not read yet
+        waited_for_first_byte(time.perf_counter() - asked)  # the headers are in, the body is not read yet
         if resp.status < 300:
             resp.deadline_at = deadline_at
             return resp
@@ -126,10 +124,6 @@ class HttpStorage(RetryingStorage):
         if status_kind(resp.status) == MISSING:
             raise FileNotFoundError(errno.ENOENT, f"not found (HTTP {resp.status})", url)
         raise HttpStatusError(resp.status, resp.reason or "", parse_retry_after(resp.headers.get("Retry-After")))
-
-    def first_byte_seconds(self) -> float:
-        """This thread's seconds from sending a request to its answer's headers, over all its requests so far."""
-        return getattr(_FIRST_BYTE, "seconds", 0.0)
 
     def read_range(self, relpath: str, offset: int, length: int) -> bytes:
         """Exactly `length` bytes at `offset` in one range request; StorageError otherwise."""
